@@ -1,0 +1,1 @@
+"""Per-architecture knowledge given to models (data files; nothing to import)."""

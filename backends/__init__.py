@@ -1,0 +1,1 @@
+"""Backends: one folder per kernel language (prompt section, build, verification hooks)."""

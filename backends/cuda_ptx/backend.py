@@ -1,0 +1,88 @@
+"""cuda_ptx: CUDA C++ with inline PTX, built by nvcc into a shared object the worker loads with ctypes.
+
+The entry point is a C function (the task's contract rendered by Contract.c_signature) that launches the
+candidate's kernels on the stream it is given. nvcc targets the arch-specific 'a' profile (sm_90a,
+sm_100a): only those accept wgmma, setmaxnreg and tcgen05.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+from pathlib import Path
+
+from xlang import resources
+from xlang.backend import Backend, BuildResult, KernelImage, trim_log
+from xlang.census import disassemble
+from xlang.task import ENTRY_POINT
+from xlang.toolchain import require_tool
+
+
+class CudaPtxBackend(Backend):
+    name = "cuda_ptx"
+    title = "CUDA C++ with inline PTX"
+    suffix = ".cu"
+    fences = ("cuda", "cu", "cpp", "c++", "c")
+    forbidden = (
+        (r"\bcublas\w*", "cuBLAS calls are not allowed: the candidate must compute with its own kernels"),
+        (r"\bcudnn\w*", "cuDNN calls are not allowed: the candidate must compute with its own kernels"),
+        (r"#\s*include\s*[<\"](cutlass|cute)/", "CUTLASS / CuTe C++ headers are another language (use cutedsl)"),
+        (r"#\s*include\s*[<\"](torch|ATen|c10)/", "torch / ATen are not available to a cuda_ptx candidate"),
+    )
+
+    def nvcc_command(self, source: Path, output: Path, arch) -> list[str]:
+        nvcc = require_tool("nvcc")
+        stubs = nvcc.resolve().parent.parent / "lib64" / "stubs"
+        return [
+            str(nvcc), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", arch.gencode,
+            # The architecture's template headers (arch_docs/<docs>/templates) are on the include path.
+            "-I", str(resources.folder("arch_docs") / arch.docs / "templates"),
+            "-o", str(output), str(source),
+            # The driver API (cuTensorMapEncodeTiled for TMA) through the stub; the real libcuda loads at run time.
+            f"-L{stubs}", "-lcuda",
+        ]
+
+    def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
+        result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
+        source = source_path.read_text()
+        if not re.search(rf'extern\s+"C"[^;{{]*\b{ENTRY_POINT}\s*\(', source):
+            result.error = f"no entry point: define {task.contract.c_signature()}"
+            return result
+        so = workdir / "candidate.so"
+        cmd = self.nvcc_command(source_path, so, arch)
+        try:
+            proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            result.error = "nvcc did not finish within 300 s"
+            return result
+        log = (proc.stdout + proc.stderr).replace(str(source_path), source_path.name)
+        if proc.returncode != 0:
+            result.error = trim_log(log)
+            return result
+        result.log = trim_log(log)
+        ptx = workdir / "candidate.ptx"
+        ptx_proc = subprocess.run([str(require_tool("cuobjdump")), "-ptx", str(so)], capture_output=True, text=True)
+        ptx.write_text(ptx_proc.stdout)
+        result.kernels = [KernelImage(name, str(so), str(ptx)) for name in disassemble(so)]
+        result.load_path = str(so)
+        result.ok = True
+        return result
+
+    def load_entry(self, build: BuildResult):
+        import torch
+
+        lib = ctypes.CDLL(build.load_path)
+        entry = getattr(lib, ENTRY_POINT)
+        entry.restype = None
+
+        def call(*args):
+            converted = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a)
+                         for a in args]
+            entry(*converted, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+        call.library = lib  # keep the library loaded as long as the callable lives
+        return call
+
+
+BACKEND = CudaPtxBackend()

@@ -1,0 +1,235 @@
+"""Shared by the four attention tasks: contract, reference math, inputs and cuDNN baselines.
+
+Variants are parameters, not copies: head dim D (64, 96, 128) and GQA (H query heads sharing HKV key/value
+heads, H a multiple of HKV) are sizes of the same task; causal is the one switch between task folders.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xlang.task import Contract, Task, TensorArg
+
+HEAD_DIMS = (64, 96, 128)
+DEFAULT_SHAPE = {"B": 4, "H": 48, "HKV": 48, "S": 4096, "D": 128}
+TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
+
+_Q = TensorArg("Q", "in", "bf16", ("B", "H", "S", "D"))
+_K = TensorArg("K", "in", "bf16", ("B", "HKV", "S", "D"))
+_V = TensorArg("V", "in", "bf16", ("B", "HKV", "S", "D"))
+_O = TensorArg("O", "out", "bf16", ("B", "H", "S", "D"))
+_LSE = TensorArg("LSE", "out", "fp32", ("B", "H", "S"), "natural-log sum of exp(scaled scores) per query row")
+
+_SHAPE_RULES = (
+    "Every shape with B, S >= 1 (any S, tails included), D in {64, 96, 128} and H a positive multiple of HKV\n"
+    "(GQA: query head h reads key/value head h // (H // HKV)) must work; the harness checks the default shape\n"
+    "and smaller shapes such as B=1, S=1000. All tensors are contiguous and 16-byte aligned."
+)
+
+
+def _math(causal: bool) -> str:
+    mask = "keys j > i are masked out (causal, query i sees keys 0..i)" if causal else "no mask"
+    return (
+        f"scale = 1/sqrt(D); scores[i, j] = scale * dot(Q[b,h,i], K[b,h//G,j]) with G = H // HKV; {mask};\n"
+        "P = softmax(scores) over j; O[b,h,i] = sum_j P[i,j] V[b,h//G,j]; LSE[b,h,i] = logsumexp_j scores[i,j].\n"
+    )
+
+
+def forward_contract(causal: bool) -> Contract:
+    return Contract(
+        tensors=(_Q, _K, _V, _O, _LSE),
+        sizes=("B", "H", "HKV", "S", "D"),
+        rules=_math(causal) + "O is bf16, LSE fp32 (accumulate in fp32).\n" + _SHAPE_RULES,
+    )
+
+
+def backward_contract(causal: bool) -> Contract:
+    return Contract(
+        tensors=(
+            TensorArg("dO", "in", "bf16", ("B", "H", "S", "D"), "gradient of the loss with respect to O"),
+            _Q, _K, _V,
+            TensorArg("O", "in", "bf16", ("B", "H", "S", "D"), "the forward output"),
+            TensorArg("LSE", "in", "fp32", ("B", "H", "S"), "the forward log-sum-exp"),
+            TensorArg("dQ", "out", "bf16", ("B", "H", "S", "D")),
+            TensorArg("dK", "out", "bf16", ("B", "HKV", "S", "D"), "summed over the G query heads sharing it"),
+            TensorArg("dV", "out", "bf16", ("B", "HKV", "S", "D"), "summed over the G query heads sharing it"),
+        ),
+        sizes=("B", "H", "HKV", "S", "D"),
+        rules=(
+            "Backward of the forward attention below: given dO, return dQ, dK, dV (bf16; accumulate in fp32).\n"
+            + _math(causal) + _SHAPE_RULES
+        ),
+    )
+
+
+def check_shape(shape):
+    if min(shape["B"], shape["S"], shape["H"], shape["HKV"]) < 1:
+        raise ValueError("B, H, HKV and S must be positive")
+    if shape["D"] not in HEAD_DIMS:
+        raise ValueError(f"D must be one of {HEAD_DIMS}")
+    if shape["H"] % shape["HKV"]:
+        raise ValueError("H must be a multiple of HKV (GQA groups)")
+
+
+def test_shapes_for(shape):
+    # Keep D and the GQA group size of the chosen variant; shrink B, H and S to an untiled length.
+    group = shape["H"] // shape["HKV"]
+    hkv = min(shape["HKV"], 2)
+    return [
+        {"B": 1, "H": hkv * group, "HKV": hkv, "S": 1000, "D": shape["D"]},
+        {"B": 2, "H": hkv * group, "HKV": hkv, "S": 1536, "D": shape["D"]},
+    ]
+
+
+def forward_flops(causal: bool):
+    return lambda s: 4.0 * s["B"] * s["H"] * s["S"] * s["S"] * s["D"] * (0.5 if causal else 1.0)
+
+
+def backward_flops(causal: bool):
+    return lambda s: 2.5 * forward_flops(causal)(s)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reference: fp32 (no TF32), chunked over (batch, head group) so the score matrix of the default shape
+# (4 x 48 x 4096 x 4096) never has to exist at once.
+
+
+def _chunks(shape, budget_elems=1 << 28):
+    B, H, HKV, S = shape["B"], shape["H"], shape["HKV"], shape["S"]
+    group = H // HKV
+    kv_per_chunk = max(1, budget_elems // (group * S * S))
+    for b in range(B):
+        for k0 in range(0, HKV, kv_per_chunk):
+            k1 = min(HKV, k0 + kv_per_chunk)
+            yield b, k0, k1, k0 * group, k1 * group
+
+
+def _scores(q, k, scale, causal):
+    import torch
+
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        n = s.shape[-1]
+        s.masked_fill_(torch.ones(n, n, dtype=torch.bool, device=s.device).triu_(1), float("-inf"))
+    return s
+
+
+def forward_reference(Q, K, V, shape, causal):
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    group = shape["H"] // shape["HKV"]
+    O = torch.empty(Q.shape, dtype=torch.float32, device=Q.device)
+    LSE = torch.empty(Q.shape[:-1], dtype=torch.float32, device=Q.device)
+    scale = 1.0 / math.sqrt(shape["D"])
+    for b, k0, k1, h0, h1 in _chunks(shape):
+        q = Q[b, h0:h1].float()
+        k = K[b, k0:k1].float().repeat_interleave(group, dim=0)
+        v = V[b, k0:k1].float().repeat_interleave(group, dim=0)
+        s = _scores(q, k, scale, causal)
+        lse = torch.logsumexp(s, dim=-1)
+        O[b, h0:h1] = torch.exp(s - lse[..., None]) @ v
+        LSE[b, h0:h1] = lse
+    return {"O": O, "LSE": LSE}
+
+
+def backward_reference(dO, Q, K, V, shape, causal):
+    """Exact gradients of the fp32 forward (recomputed here, not taken from the bf16 O input)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    group = shape["H"] // shape["HKV"]
+    dQ = torch.empty(Q.shape, dtype=torch.float32, device=Q.device)
+    dK = torch.zeros(K.shape, dtype=torch.float32, device=Q.device)
+    dV = torch.zeros(V.shape, dtype=torch.float32, device=Q.device)
+    scale = 1.0 / math.sqrt(shape["D"])
+    for b, k0, k1, h0, h1 in _chunks(shape):
+        q, do = Q[b, h0:h1].float(), dO[b, h0:h1].float()
+        k = K[b, k0:k1].float().repeat_interleave(group, dim=0)
+        v = V[b, k0:k1].float().repeat_interleave(group, dim=0)
+        s = _scores(q, k, scale, causal)
+        p = torch.softmax(s, dim=-1)
+        o = p @ v
+        dv = p.transpose(-1, -2) @ do
+        dp = do @ v.transpose(-1, -2)
+        ds = p * (dp - (do * o).sum(-1, keepdim=True))
+        dQ[b, h0:h1] = (ds @ k) * scale
+        dk = (ds.transpose(-1, -2) @ q) * scale
+        # Sum the G query heads of each GQA group back onto their shared key/value head.
+        dK[b, k0:k1] = dk.unflatten(0, (k1 - k0, group)).sum(1)
+        dV[b, k0:k1] = dv.unflatten(0, (k1 - k0, group)).sum(1)
+    return {"dQ": dQ, "dK": dK, "dV": dV}
+
+
+def _randn(shape_tuple, g, device):
+    import torch
+
+    return torch.randn(*shape_tuple, generator=g, device=device).to(torch.bfloat16)
+
+
+def forward_inputs(shape, seed, device):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    B, H, HKV, S, D = (shape[k] for k in ("B", "H", "HKV", "S", "D"))
+    return {"Q": _randn((B, H, S, D), g, device), "K": _randn((B, HKV, S, D), g, device),
+            "V": _randn((B, HKV, S, D), g, device)}
+
+
+def backward_inputs(shape, seed, device, causal):
+    import torch
+
+    inputs = forward_inputs(shape, seed, device)
+    g = torch.Generator(device=device).manual_seed(seed + 7919)
+    fwd = forward_reference(inputs["Q"], inputs["K"], inputs["V"], shape, causal)
+    B, H, S, D = shape["B"], shape["H"], shape["S"], shape["D"]
+    return {"dO": _randn((B, H, S, D), g, device), **inputs,
+            "O": fwd["O"].to(torch.bfloat16), "LSE": fwd["LSE"]}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Vendor baselines: cuDNN attention through torch's SDPA (the CUDNN_ATTENTION backend, nothing else allowed).
+
+
+def _sdpa(q, k, v, causal):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def forward_baseline(inputs, causal):
+    q, k, v = inputs["Q"], inputs["K"], inputs["V"]
+    return lambda: _sdpa(q, k, v, causal)
+
+
+def backward_baseline(inputs, causal):
+    import torch
+
+    q, k, v = (inputs[n].detach().requires_grad_() for n in ("Q", "K", "V"))
+    out = _sdpa(q, k, v, causal)
+    dO = inputs["dO"]
+    return lambda: torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)
+
+
+def make_task(name: str, backward: bool, causal: bool) -> Task:
+    kind = "backward" if backward else "forward"
+    return Task(
+        name=name,
+        title=f"attention {kind}{' (causal)' if causal else ''}, bf16, head dim 64/96/128, GQA",
+        contract=backward_contract(causal) if backward else forward_contract(causal),
+        default_shape=dict(DEFAULT_SHAPE),
+        tolerance=dict(TOLERANCE),
+        flops=backward_flops(causal) if backward else forward_flops(causal),
+        make_inputs=(lambda shape, seed, device: backward_inputs(shape, seed, device, causal)) if backward
+        else forward_inputs,
+        reference=(lambda inputs, shape: backward_reference(
+            inputs["dO"], inputs["Q"], inputs["K"], inputs["V"], shape, causal)) if backward
+        else (lambda inputs, shape: forward_reference(inputs["Q"], inputs["K"], inputs["V"], shape, causal)),
+        baseline=(lambda inputs, shape: backward_baseline(inputs, causal)) if backward
+        else (lambda inputs, shape: forward_baseline(inputs, causal)),
+        baseline_name=f"cuDNN SDPA {kind} (torch CUDNN_ATTENTION)",
+        test_shapes_for=test_shapes_for,
+        check_shape=check_shape,
+    )

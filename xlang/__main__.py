@@ -1,0 +1,3 @@
+from xlang.cli import main
+
+main()

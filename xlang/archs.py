@@ -1,0 +1,105 @@
+"""The architecture registry, read from archs.toml (figures with sources, instruction families)."""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xlang.errors import XlangError
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    doc: str
+    ptx: re.Pattern
+    sass: re.Pattern
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    title: str
+    generation: str  # "hopper" | "blackwell": which expert solution and docs apply
+    docs: str  # arch_docs/<docs>: the knowledge pack for this architecture
+    sm: str  # e.g. "sm_90a"
+    compute_capability: int  # 90, 100
+    figures: dict
+    sources: tuple[str, ...]
+    families: tuple[str, ...]
+    default_required: tuple[str, ...]
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def compute(self) -> str:
+        return self.sm.replace("sm_", "compute_")
+
+    @property
+    def gencode(self) -> str:
+        """The nvcc flag: the arch-specific 'a' targets are the only ones that accept wgmma / tcgen05."""
+        return f"-gencode=arch={self.compute},code=[{self.sm},{self.compute}]"
+
+
+_FIGURE_KEYS = (
+    "sms", "smem_per_sm_kib", "smem_per_block_kib", "registers_per_sm", "tmem_per_sm_kib", "l2_mib",
+    "peak_dense_bf16_tflops", "mem_bandwidth_tbs", "memory_gib",
+)
+
+
+@functools.cache
+def _registry() -> tuple[dict[str, Family], dict[str, Arch]]:
+    data = tomllib.loads((Path(__file__).parent / "archs.toml").read_text())
+    families = {
+        name: Family(name, f["doc"], re.compile(f["ptx"]), re.compile(f["sass"]))
+        for name, f in data["families"].items()
+    }
+    archs = {}
+    for name, a in data["archs"].items():
+        unknown = [f for f in a["families"] + a["default_required"] if f not in families]
+        assert not unknown, f"archs.toml: {name} names unknown families {unknown}"
+        archs[name] = Arch(
+            name=name,
+            title=a["title"],
+            generation=a["generation"],
+            docs=a["docs"],
+            sm=a["sm"],
+            compute_capability=a["compute_capability"],
+            figures={k: a[k] for k in _FIGURE_KEYS if k in a},
+            sources=tuple(a["sources"]),
+            families=tuple(a["families"]),
+            default_required=tuple(a["default_required"]),
+        )
+    return families, archs
+
+
+def families() -> dict[str, Family]:
+    return _registry()[0]
+
+
+def archs() -> dict[str, Arch]:
+    return _registry()[1]
+
+
+def get_arch(name: str) -> Arch:
+    try:
+        return archs()[name.lower()]
+    except KeyError:
+        raise XlangError(f"unknown architecture '{name}' (known: {', '.join(archs())})") from None
+
+
+def parse_required(arch: Arch, spec: str | None, task_default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """Required families: the CLI's comma list if given, else the task's, else the architecture's default."""
+    if spec:
+        names = tuple(s.strip() for s in spec.split(",") if s.strip())
+    else:
+        names = task_default or arch.default_required
+    unknown = [n for n in names if n not in arch.families]
+    if unknown:
+        raise XlangError(
+            f"instruction famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} not available on "
+            f"{arch.name} (its families: {', '.join(arch.families)})"
+        )
+    return names

@@ -1,0 +1,150 @@
+"""The backend interface every language implements, the backend registry, and the shared build flow.
+
+A backend (backends/<lang>/backend.py, defining BACKEND) owns everything about one language:
+  - the language section of the prompt (backends/<lang>/prompt.md, rendered with the task's contract),
+  - compile(): turn a candidate into cubins and PTX for an explicit architecture, with no GPU needed,
+  - the verifier's hooks: a static screen for forbidden calls, and load_entry() on the GPU machine.
+The shared flow here (build_candidate) runs compile() and then the static SASS census.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xlang import resources
+from xlang.census import Census, take_census
+from xlang.errors import XlangError
+
+LANGS = ("triton", "cuda_ptx", "cutedsl")
+
+
+@dataclass
+class KernelImage:
+    """One compiled GPU function of the candidate."""
+
+    name: str  # the symbol as the driver (and Nsight Compute, mangled) sees it
+    cubin: str  # path; for cuda_ptx the shared object that embeds the cubin
+    ptx: str | None = None  # path
+    meta: dict = field(default_factory=dict)  # num_warps, shared bytes, grid, autotune config, ...
+
+
+@dataclass
+class BuildResult:
+    ok: bool
+    lang: str
+    task: str
+    arch: str
+    shape: dict
+    workdir: str
+    load_path: str | None = None  # what the GPU worker loads: the .so (cuda_ptx) or the .py (triton, cutedsl)
+    kernels: list[KernelImage] = field(default_factory=list)
+    error: str | None = None  # the compiler's own message, trimmed to what helps
+    log: str = ""  # warnings and notes of a successful build
+    seconds: float = 0.0
+    census: Census | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["census"] = self.census.to_dict() if self.census else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BuildResult":
+        d = dict(d)
+        d["kernels"] = [KernelImage(**k) for k in d.get("kernels", [])]
+        d["census"] = Census.from_dict(d["census"]) if d.get("census") else None
+        return cls(**d)
+
+    def save(self) -> Path:
+        path = Path(self.workdir) / "build.json"
+        path.write_text(json.dumps(self.to_dict(), indent=1))
+        return path
+
+
+class Backend:
+    """Base class: subclasses set the attributes and implement compile() and load_entry()."""
+
+    name: str = ""
+    title: str = ""
+    suffix: str = ""  # candidate file suffix: ".py" or ".cu"
+    fences: tuple[str, ...] = ()  # code-block languages a model's reply may use
+    # (pattern, why): calls that would hand the work to a vendor library or to torch's own kernels.
+    forbidden: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def folder(self) -> Path:
+        return resources.folder("backends") / self.name
+
+    def prompt_section(self, task) -> str:
+        """The language section of the prompt: prompt.md rendered with this task's contract."""
+        from jinja2 import Template
+
+        text = (self.folder / "prompt.md").read_text()
+        return Template(text, keep_trailing_newline=True).render(
+            task=task, contract=task.contract, python_signature=task.contract.python_signature(),
+            c_signature=task.contract.c_signature(), tensors=task.contract.describe_tensors(),
+        )
+
+    def screen(self, source: str) -> list[str]:
+        """Static screen of the source: the reasons it is forbidden, empty when clean."""
+        code = strip_comments(source, self.suffix)
+        return [f"{why} (matched '{m.group(0)}')" for pattern, why in self.forbidden
+                for m in [re.search(pattern, code)] if m]
+
+    def compile(self, source_path: Path, task, arch, shape: dict, workdir: Path) -> BuildResult:
+        raise NotImplementedError
+
+    def load_entry(self, build: BuildResult):
+        """On the GPU machine: a callable taking (*tensors, *sizes) in contract order."""
+        raise NotImplementedError
+
+
+def strip_comments(source: str, suffix: str) -> str:
+    """Drop comments so that a forbidden name mentioned in a comment is not held against a candidate."""
+    if suffix == ".py":
+        return re.sub(r"#[^\n]*", "", source)
+    return re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
+
+
+def get_backend(lang: str) -> Backend:
+    if lang not in LANGS:
+        raise XlangError(f"unknown language '{lang}' (known: {', '.join(LANGS)})")
+    return resources.import_module(f"backends.{lang}.backend").BACKEND
+
+
+def trim_log(text: str, max_lines: int = 60, max_chars: int = 6000) -> str:
+    """Keep the part of a compiler log a person (or a model) can act on."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) > max_lines:
+        lines = lines[: max_lines // 2] + [f"... ({len(lines) - max_lines} lines omitted) ..."] + lines[-max_lines // 2:]
+    out = "\n".join(lines)
+    return out if len(out) <= max_chars else out[: max_chars // 2] + "\n...\n" + out[-max_chars // 2:]
+
+
+def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | None = None,
+                    required: tuple[str, ...] | None = None, workdir: Path | None = None) -> BuildResult:
+    """Compile a candidate for arch (no GPU needed) and take its static census."""
+    backend = get_backend(lang)
+    shape = shape or task.shape()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix=f"xlang-{lang}-{arch.name}-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    source_text = Path(source).read_text() if isinstance(source, Path) else source
+    source_path = workdir / f"candidate{backend.suffix}"
+    source_path.write_text(source_text)
+    start = time.monotonic()
+    result = backend.compile(source_path, task, arch, shape, workdir)
+    result.seconds = time.monotonic() - start
+    if result.ok:
+        if not result.kernels:
+            result.ok, result.error = False, "the candidate compiled no GPU kernel"
+        else:
+            ptx = [Path(k.ptx).read_text() for k in result.kernels if k.ptx]
+            binaries = sorted({k.cubin for k in result.kernels})
+            result.census = take_census(binaries, ptx, arch, required or task.required_for(arch))
+    result.save()
+    return result

@@ -1,0 +1,122 @@
+"""Static SASS instruction census: disassemble every cubin, count opcodes per instruction family,
+judge the architecture's required families present or missing, and report the PTX-level evidence too.
+
+The census is the only evidence for an architecture we cannot run (B200 here), and a first screen for the
+others; whether an instruction really executed is decided at run time by the profiler (Nsight Compute).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xlang import archs as archs_mod
+from xlang.toolchain import require_tool
+
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+# "        /*0450*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;   /* 0x... */"
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+\{?\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def parse_sass(text: str) -> dict[str, Counter]:
+    """cuobjdump -sass output -> {function name: Counter of full opcodes}."""
+    functions: dict[str, Counter] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNCTION.match(line)
+        if m:
+            current = functions.setdefault(m.group(1), Counter())
+            continue
+        m = _INSTRUCTION.match(line)
+        if m and current is not None:
+            current[m.group(1)] += 1
+    return functions
+
+
+def disassemble(binary: Path) -> dict[str, Counter]:
+    """SASS opcode counts per function of a cubin, or of every cubin embedded in an ELF/.so/fatbin."""
+    stat = Path(binary).stat()
+    return _disassemble(str(binary), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _disassemble(path: str, _mtime_ns: int, _size: int) -> dict[str, Counter]:
+    tool = require_tool("cuobjdump")
+    proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
+    return parse_sass(proc.stdout)
+
+
+def classify(opcodes: Counter, family_names) -> dict[str, int]:
+    """Opcode counts -> instruction count per family (an opcode may belong to one family at most)."""
+    fams = archs_mod.families()
+    counts = {name: 0 for name in family_names}
+    for opcode, n in opcodes.items():
+        for name in family_names:
+            if fams[name].sass.search(opcode):
+                counts[name] += n
+                break
+    return counts
+
+
+def ptx_evidence(ptx_texts, family_names) -> dict[str, int]:
+    fams = archs_mod.families()
+    return {name: sum(len(fams[name].ptx.findall(t)) for t in ptx_texts) for name in family_names}
+
+
+@dataclass
+class KernelCensus:
+    name: str
+    families: dict[str, int]
+    opcodes: dict[str, int]  # base opcode (before the first '.') -> count, for the instruction mix
+    instructions: int
+
+
+@dataclass
+class Census:
+    arch: str
+    required: list[str]
+    present: list[str]
+    missing: list[str]
+    families: dict[str, int]  # summed over kernels
+    ptx: dict[str, int]
+    kernels: list[KernelCensus] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Census":
+        return cls(**{**d, "kernels": [KernelCensus(**k) for k in d.get("kernels", [])]})
+
+
+def take_census(binaries, ptx_texts, arch, required) -> Census:
+    """Census of every function in the given cubins / shared objects against arch's families."""
+    names = list(arch.families)
+    kernels = []
+    for binary in binaries:
+        for fn, opcodes in disassemble(Path(binary)).items():
+            base = Counter()
+            for op, n in opcodes.items():
+                base[op.split(".")[0]] += n
+            kernels.append(KernelCensus(fn, classify(opcodes, names), dict(base), sum(opcodes.values())))
+    totals = {n: sum(k.families[n] for k in kernels) for n in names}
+    present = [f for f in required if totals.get(f, 0) > 0]
+    return Census(
+        arch=arch.name,
+        required=list(required),
+        present=present,
+        missing=[f for f in required if f not in present],
+        families=totals,
+        ptx=ptx_evidence(ptx_texts, names),
+        kernels=kernels,
+    )

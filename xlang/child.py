@@ -1,0 +1,15 @@
+"""Entry point of every child process: `python -m xlang.child MODULE ARGS...` runs MODULE.main(ARGS)
+(MODULE relative to xlang, e.g. backends.triton.static_build or profiler.worker)."""
+
+import sys
+
+from xlang import resources
+
+
+def run() -> None:
+    module = resources.import_module(sys.argv[1])
+    sys.exit(module.main(sys.argv[2:]) or 0)
+
+
+if __name__ == "__main__":
+    run()

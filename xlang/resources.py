@@ -1,0 +1,47 @@
+"""Where tasks/, backends/ and arch_docs/ live, and how they import as xlang.tasks / xlang.backends.
+
+A wheel installs those folders inside the package (xlang/tasks, ...); a source checkout, an editable
+install and the GPU machine (which runs straight from a copy of the repository) keep them beside it.
+Either way they import under the `xlang.` prefix, so an install exposes no top-level `tasks` package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+RESOURCE_FOLDERS = ("tasks", "backends", "arch_docs")
+
+
+def root() -> Path:
+    """The folder that holds tasks/, backends/ and arch_docs/."""
+    return PACKAGE_DIR if (PACKAGE_DIR / "tasks").is_dir() else PACKAGE_DIR.parent
+
+
+def folder(name: str) -> Path:
+    assert name in RESOURCE_FOLDERS, name
+    return root() / name
+
+
+def _link(name: str) -> None:
+    full = f"xlang.{name}"
+    if full in sys.modules:
+        return
+    path = folder(name)
+    spec = importlib.util.spec_from_file_location(
+        full, path / "__init__.py", submodule_search_locations=[str(path)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[full] = module
+    spec.loader.exec_module(module)
+
+
+def import_module(dotted: str):
+    """Import e.g. 'tasks.gemm' as xlang.tasks.gemm, from wherever the folders are."""
+    top = dotted.split(".", 1)[0]
+    if root() != PACKAGE_DIR:
+        _link(top)
+    return importlib.import_module(f"xlang.{dotted}")

@@ -1,0 +1,154 @@
+"""What a task is, and the task registry (tasks/<name>/__init__.py each define TASK).
+
+A task owns: the PyTorch reference (computed in fp32), a seeded random input generator, output dtypes,
+tolerance, FLOP count, the vendor baseline, its shapes, and the candidate contract: the one entry point
+every language exposes, destination-passing (the harness allocates the outputs).
+
+Nothing here imports torch: a task's functions import it when called.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass, field
+from typing import Callable
+
+from xlang import resources
+from xlang.errors import XlangError
+
+ENTRY_POINT = "xlang_entry"
+DTYPE_BYTES = {"bf16": 2, "fp32": 4}
+C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    name: str
+    role: str  # "in" or "out"
+    dtype: str  # "bf16" | "fp32"
+    shape: tuple[str, ...]  # size names, e.g. ("M", "K")
+    doc: str = ""
+
+    def dims(self, shape: dict[str, int]) -> tuple[int, ...]:
+        return tuple(shape[s] for s in self.shape)
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The entry point, identical in every language: tensors in this order, then the int sizes."""
+
+    tensors: tuple[TensorArg, ...]
+    sizes: tuple[str, ...]
+    rules: str  # semantics and the shapes a candidate must handle, shown to the model verbatim
+
+    @property
+    def inputs(self) -> tuple[TensorArg, ...]:
+        return tuple(t for t in self.tensors if t.role == "in")
+
+    @property
+    def outputs(self) -> tuple[TensorArg, ...]:
+        return tuple(t for t in self.tensors if t.role == "out")
+
+    def python_signature(self) -> str:
+        names = [t.name for t in self.tensors] + list(self.sizes)
+        return f"def {ENTRY_POINT}({', '.join(names)}) -> None"
+
+    def c_signature(self) -> str:
+        args = [
+            f"{'const ' if t.role == 'in' else ''}{C_TYPES[t.dtype]}* {t.name}" for t in self.tensors
+        ] + [f"int {s}" for s in self.sizes] + ["cudaStream_t stream"]
+        return f'extern "C" void {ENTRY_POINT}({", ".join(args)})'
+
+    def describe_tensors(self) -> str:
+        lines = []
+        for t in self.tensors:
+            kind = "input " if t.role == "in" else "output"
+            doc = f"  {t.doc}" if t.doc else ""
+            lines.append(f"  {kind} {t.name}: {t.dtype}[{', '.join(t.shape)}], contiguous row-major{doc}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    title: str
+    contract: Contract
+    default_shape: dict[str, int]
+    tolerance: dict[str, float]  # atol, rtol, applied per element as in torch.allclose
+    flops: Callable[[dict], float]
+    make_inputs: Callable[..., dict]  # (shape, seed, device) -> {name: tensor}
+    reference: Callable[..., dict]  # (inputs, shape) -> {output name: fp32 tensor}
+    baseline: Callable[..., Callable[[], None]]  # (inputs, shape) -> a call that runs the vendor kernel
+    baseline_name: str
+    test_shapes_for: Callable[[dict], list[dict]]  # smaller, differently sized shapes the contract allows
+    check_shape: Callable[[dict], None]  # raises ValueError with the rule that is broken
+    required: dict[str, tuple[str, ...]] = field(default_factory=dict)  # generation -> families (else arch default)
+    min_bytes: Callable[[dict], float] | None = None  # fewest bytes moved, for the roofline
+
+    def shape(self, overrides: dict[str, int] | None = None) -> dict[str, int]:
+        shape = dict(self.default_shape)
+        for key, value in (overrides or {}).items():
+            if key not in shape:
+                raise XlangError(f"task {self.name} has no size '{key}' (its sizes: {', '.join(shape)})")
+            shape[key] = int(value)
+        try:
+            self.check_shape(shape)
+        except ValueError as e:
+            raise XlangError(f"shape {format_shape(shape)} is not allowed for {self.name}: {e}") from None
+        return shape
+
+    def test_shapes(self, shape: dict[str, int]) -> list[dict[str, int]]:
+        return [shape] + [s for s in self.test_shapes_for(shape) if s != shape]
+
+    def required_for(self, arch) -> tuple[str, ...]:
+        return tuple(self.required.get(arch.generation, arch.default_required))
+
+    def reference_source(self) -> str:
+        return textwrap.dedent(inspect.getsource(self.reference))
+
+    def folder(self):
+        return resources.folder("tasks") / self.name
+
+    def solution_path(self, lang: str, generation: str, suffix: str):
+        """Expert solution: solutions/<lang>_<generation><suffix> if present, else solutions/<lang><suffix>."""
+        for name in (f"{lang}_{generation}{suffix}", f"{lang}{suffix}"):
+            path = self.folder() / "solutions" / name
+            if path.is_file():
+                return path
+        return None
+
+
+def format_shape(shape: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def parse_shape(text: str | None) -> dict[str, int]:
+    """'M=1024,N=512' -> {'M': 1024, 'N': 512}."""
+    if not text:
+        return {}
+    out = {}
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)\s*", part)
+        if not m:
+            raise XlangError(f"bad shape '{text}': expected NAME=INT pairs separated by commas, e.g. M=1024,N=512")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+@functools.cache
+def task_names() -> tuple[str, ...]:
+    folder = resources.folder("tasks")
+    return tuple(sorted(p.name for p in folder.iterdir() if (p / "__init__.py").is_file() and not p.name.startswith("_")))
+
+
+def get_task(name: str) -> Task:
+    if name not in task_names():
+        raise XlangError(f"unknown task '{name}' (known: {', '.join(task_names())})")
+    return resources.import_module(f"tasks.{name}").TASK
+
+
+def all_tasks() -> list[Task]:
+    return [get_task(n) for n in task_names()]

@@ -1,0 +1,57 @@
+"""Find the NVIDIA tools: nvcc (CUDA toolkit) and cuobjdump/nvdisasm (toolkit, pip package, or triton wheel)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sysconfig
+from pathlib import Path
+
+from xlang.errors import XlangError
+
+
+def _toolkit_dirs() -> list[Path]:
+    dirs = [Path(os.environ[v]) / "bin" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    return dirs + [Path("/usr/local/cuda/bin")]
+
+
+def _python_package_dirs() -> list[Path]:
+    # nvidia-cuda-cuobjdump / -nvdisasm install under site-packages/nvidia/cu13/bin (cu12: cuda_*/bin);
+    # the triton wheel carries both in triton/backends/nvidia/bin.
+    site = Path(sysconfig.get_paths()["purelib"])
+    return [site / "nvidia" / "cu13" / "bin", site / "nvidia" / "cuda_cuobjdump" / "bin",
+            site / "nvidia" / "cuda_nvdisasm" / "bin", site / "triton" / "backends" / "nvidia" / "bin"]
+
+
+@functools.cache
+def find_tool(name: str) -> Path | None:
+    on_path = shutil.which(name)
+    if on_path:
+        return Path(on_path)
+    for d in _toolkit_dirs() + _python_package_dirs():
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
+            return d / name
+    return None
+
+
+def require_tool(name: str) -> Path:
+    path = find_tool(name)
+    if path is None:
+        hints = {
+            "nvcc": "install the CUDA toolkit (13.0 or newer) or set CUDA_HOME",
+            "cuobjdump": "pip install nvidia-cuda-cuobjdump (or install the CUDA toolkit)",
+            "nvdisasm": "pip install nvidia-cuda-nvdisasm (or install the CUDA toolkit)",
+            "ncu": "install Nsight Compute",
+            "compute-sanitizer": "install the CUDA toolkit's compute-sanitizer",
+        }
+        raise XlangError(f"{name} not found: {hints.get(name, 'install it')}")
+    return path
+
+
+def cuda_include_dir() -> Path | None:
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        return None
+    inc = nvcc.resolve().parent.parent / "include"
+    return inc if inc.is_dir() else None
