@@ -1,0 +1,1 @@
+"""CuTe DSL backend pieces (static build on a CPU box)."""
