@@ -77,7 +77,7 @@ def test_shapes_for(shape):
     hkv = min(shape["HKV"], 2)
     return [
         {"B": 1, "H": hkv * group, "HKV": hkv, "S": 1000, "D": shape["D"]},
-        {"B": 2, "H": hkv * group, "HKV": hkv, "S": 1536, "D": shape["D"]},
+        {"B": 2, "H": hkv * group, "HKV": hkv, "S": 1531, "D": shape["D"]},
     ]
 
 

@@ -1,0 +1,92 @@
+"""Tasks and architectures: what the registries hold, and that bad names fail in one clear line."""
+
+import subprocess
+import sys
+
+import pytest
+
+from xlang.archs import archs, families, get_arch, parse_required
+from xlang.errors import XlangError
+from xlang.task import all_tasks, get_task, parse_shape, task_names
+
+
+def test_every_task_is_registered():
+    assert set(task_names()) == {"gemm", "attn_fwd", "attn_fwd_causal", "attn_bwd", "attn_bwd_causal"}
+
+
+def test_archs_and_their_required_families():
+    assert get_arch("h100").sm == get_arch("h200").sm == "sm_90a"
+    assert get_arch("b200").sm == "sm_100a"
+    assert get_arch("h100").default_required == ("wgmma", "tma")
+    assert get_arch("b200").default_required == ("tcgen05_mma", "tma")
+    for a in archs().values():
+        assert a.sources and a.figures["sms"] > 100 and a.figures["peak_dense_bf16_tflops"] > 500
+
+
+def test_family_spellings_match_the_sass_seen_on_these_machines():
+    seen = {  # shared/FACTS.md, "SASS spellings seen"
+        "wgmma": ["HGMMA.64x128x16.F32.BF16"], "tma": ["UTMALDG.2D", "UTMASTG.2D"],
+        "mbarrier": ["SYNCS.EXCH.64", "SYNCS.ARRIVE.TRANS64.A1T0", "SYNCS.PHASECHK.TRANS64.TRYWAIT"],
+        "setmaxnreg": ["USETMAXREG.DEALLOC.CTAPOOL"], "tcgen05_mma": ["UTCHMMA", "UTCQMMA.2CTA", "UTCIMMA"],
+        "tmem": ["LDTM.x16", "STTM.x8"], "tcgen05_commit": ["UTCBAR"], "ldmatrix": ["LDSM.16.M88.4"],
+        "stmatrix": ["STSM.16.M88.4"], "cp_async": ["LDGSTS.E.BYPASS.128"], "bulk_copy": ["UBLKCP.S.G"],
+    }
+    fams = families()
+    for name, opcodes in seen.items():
+        for op in opcodes:
+            assert fams[name].sass.search(op), (name, op)
+            others = [f for f in fams if f != name and fams[f].sass.search(op)]
+            assert not others, (op, others)
+    assert not fams["wgmma"].sass.search("HMMA.16816.F32.BF16")
+    assert not fams["tma"].sass.search("UBLKCP.S.G")
+
+
+def test_required_override_and_unknown_family():
+    assert parse_required(get_arch("h100"), "wgmma,mbarrier") == ("wgmma", "mbarrier")
+    with pytest.raises(XlangError, match="not available on b200"):
+        parse_required(get_arch("b200"), "wgmma")
+
+
+def test_unknown_names_are_one_line_errors():
+    for call in (lambda: get_arch("z100"), lambda: get_task("conv")):
+        with pytest.raises(XlangError) as e:
+            call()
+        assert "\n" not in str(e.value)
+
+
+def test_shapes_are_parameters_checked_by_the_contract():
+    attn = get_task("attn_fwd")
+    gqa = attn.shape(parse_shape("HKV=8,D=96"))
+    assert gqa["H"] == 48 and gqa["HKV"] == 8 and gqa["D"] == 96
+    for small in attn.test_shapes(gqa)[1:]:
+        assert small["H"] // small["HKV"] == 6 and small["D"] == 96 and small["S"] % 128
+    with pytest.raises(XlangError, match="D must be one of"):
+        attn.shape({"D": 80})
+    with pytest.raises(XlangError, match="multiple of HKV"):
+        attn.shape({"HKV": 5})
+    with pytest.raises(XlangError, match="multiples of 8"):
+        get_task("gemm").shape({"K": 100})
+    with pytest.raises(XlangError, match="no size"):
+        get_task("gemm").shape({"Q": 1})
+
+
+def test_contract_is_the_same_entry_point_in_every_language():
+    for task in all_tasks():
+        c = task.contract
+        py, cu = c.python_signature(), c.c_signature()
+        names = [t.name for t in c.tensors] + list(c.sizes)
+        assert py.startswith("def xlang_entry(") and "xlang_entry(" in cu
+        assert all(n in py and n in cu for n in names)
+        assert c.outputs and c.inputs
+    assert get_task("attn_bwd").contract.python_signature() == \
+        "def xlang_entry(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D) -> None"
+
+
+def test_importing_xlang_and_cli_help_stay_light():
+    code = ("import sys, xlang, xlang.cli, xlang.task, xlang.archs\n"
+            "from xlang.task import all_tasks; all_tasks()\n"
+            "heavy = [m for m in ('torch', 'triton', 'cutlass', 'litellm') if m in sys.modules]\n"
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    out = subprocess.run([sys.executable, "-m", "xlang", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "build" in out.stdout
