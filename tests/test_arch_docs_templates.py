@@ -1,0 +1,165 @@
+"""Compile the arch_docs template headers and their test kernels, and check the SASS.
+
+Each test kernel in tests/kernels/cuda_ptx/ is built only from arch_docs/<arch>/templates
+with ``nvcc -cubin`` for its architecture (sm_90a for h100, sm_100a for b200); the SASS
+from ``cuobjdump -sass`` must contain the instruction families that the docs say the
+wrappers produce, and the negative case (fma_only.cu) must contain none of them.
+
+Needs nvcc (skipped otherwise) and cuobjdump (PATH, then the ``nvidia`` pip package's
+nvidia/cu13/bin, then triton's backends/nvidia/bin; skipped if none is found).
+No GPU is needed.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+KDIR = REPO / "tests" / "kernels" / "cuda_ptx"
+ARCH = {
+    "h100": ("arch_docs/h100/templates", "-gencode=arch=compute_90a,code=sm_90a"),
+    "b200": ("arch_docs/b200/templates", "-gencode=arch=compute_100a,code=sm_100a"),
+}
+SHARED_HEADERS = ["ptx_common.cuh", "mbarrier.cuh", "fence.cuh", "tma.cuh", "tma_host.cuh"]
+
+# Instruction families (regex on the SASS mnemonic, modifiers included).
+FAMILIES = {
+    "HGMMA": r"HGMMA\.",
+    "UTMALDG": r"UTMALDG\.",
+    "UTMASTG": r"UTMASTG\.",
+    "SYNCS": r"SYNCS\.",
+    "USETMAXREG": r"USETMAXREG",
+    "LDSM": r"LDSM\.",
+    "STSM": r"STSM\.",
+    "UTCMMA": r"UTC[A-Z]*MMA",
+    "LDTM": r"LDTM\.",
+    "STTM": r"STTM\.",
+    "UTCBAR": r"UTCBAR",
+    "UTCATOMSWS": r"UTCATOMSWS",
+}
+
+# file, arch, {family: minimum count}
+CASES = [
+    ("hopper_wgmma.cu", "h100", {"HGMMA": 5}),
+    ("hopper_tma.cu", "h100", {"UTMALDG": 2, "UTMASTG": 1, "SYNCS": 3}),
+    ("hopper_mbarrier.cu", "h100", {"SYNCS": 4}),
+    ("hopper_setmaxnreg.cu", "h100", {"USETMAXREG": 2}),
+    ("hopper_ldsm_stsm.cu", "h100", {"LDSM": 2, "STSM": 2}),
+    ("blackwell_tcgen05.cu", "b200", {"UTCMMA": 4, "UTCBAR": 1, "LDTM": 1, "STTM": 1, "UTCATOMSWS": 2}),
+    ("blackwell_tma.cu", "b200", {"UTMALDG": 2, "UTMASTG": 1, "SYNCS": 3}),
+    ("gemm_tile_hopper.cu", "h100", {"HGMMA": 4, "UTMALDG": 2, "SYNCS": 3}),
+    ("gemm_tile_blackwell.cu", "b200", {"UTCMMA": 4, "UTCBAR": 1, "LDTM": 1, "UTMALDG": 2, "SYNCS": 3}),
+    ("gemm_dead_wgmma.cu", "h100", {"HGMMA": 4, "UTMALDG": 2, "SYNCS": 2}),
+]
+TENSOR_OR_ASYNC = ["HGMMA", "UTCMMA", "UTMALDG", "UTMASTG", "LDTM", "STTM", "UTCBAR", "SYNCS"]
+
+_MNEMONIC = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Z0-9_.]*)")
+
+
+def find_nvcc() -> str | None:
+    return shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None
+    )
+
+
+def find_cuobjdump() -> str | None:
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    roots = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    for root in roots:
+        for rel in ("nvidia/cu13/bin/cuobjdump", "nvidia/cuda_cuobjdump/bin/cuobjdump"):
+            p = Path(root) / rel
+            if p.exists():
+                return str(p)
+    try:
+        import triton  # noqa: PLC0415
+
+        p = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        if p.exists():
+            return str(p)
+    except Exception:  # noqa: BLE001 - triton absent or broken: just no fallback
+        pass
+    return None
+
+
+def opcode_counts(sass: str) -> collections.Counter:
+    """Count full SASS mnemonics (e.g. 'HGMMA.64x128x16.F32.BF16') in cuobjdump output."""
+    return collections.Counter(m.group(1) for m in _MNEMONIC.finditer(sass))
+
+
+def family_counts(ops: collections.Counter) -> dict[str, int]:
+    out = {}
+    for fam, pat in FAMILIES.items():
+        rx = re.compile(pat)
+        out[fam] = sum(n for op, n in ops.items() if rx.match(op))
+    return out
+
+
+NVCC = find_nvcc()
+CUOBJDUMP = find_cuobjdump()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found: cannot compile CUDA templates")
+
+
+def compile_cubin(src: Path, arch: str, out: Path) -> None:
+    inc, gencode = ARCH[arch]
+    cmd = [NVCC, gencode, "-std=c++17", "-I", str(REPO / inc), "-cubin", "-o", str(out), str(src)]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 0, f"nvcc failed for {src.name}:\n{res.stderr}"
+
+
+def sass_of(cubin: Path) -> str:
+    if CUOBJDUMP is None:
+        pytest.skip("cuobjdump not found (PATH, nvidia pip package, triton)")
+    res = subprocess.run([CUOBJDUMP, "-sass", str(cubin)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", sorted(ARCH))
+def test_every_header_compiles_alone(arch, tmp_path):
+    inc, _ = ARCH[arch]
+    headers = sorted((REPO / inc).glob("*.cuh"))
+    assert headers, f"no headers under {inc}"
+    for h in headers:
+        src = tmp_path / f"only_{h.stem}.cu"
+        src.write_text(f'#include "{h.name}"\n__global__ void xl_dummy() {{}}\n')
+        compile_cubin(src, arch, tmp_path / f"{h.stem}.cubin")
+
+
+def test_shared_headers_identical():
+    for name in SHARED_HEADERS:
+        a = (REPO / ARCH["h100"][0] / name).read_bytes()
+        b = (REPO / ARCH["b200"][0] / name).read_bytes()
+        assert a == b, f"{name} differs between h100 and b200 templates"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("fname,arch,expect", CASES, ids=[c[0] for c in CASES])
+def test_kernel_sass_families(fname, arch, expect, tmp_path):
+    cubin = tmp_path / (Path(fname).stem + ".cubin")
+    compile_cubin(KDIR / fname, arch, cubin)
+    fams = family_counts(opcode_counts(sass_of(cubin)))
+    for fam, least in expect.items():
+        assert fams[fam] >= least, f"{fname}: {fam}={fams[fam]} < {least}; all: {fams}"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", sorted(ARCH))
+def test_fma_only_has_no_tensor_or_async_ops(arch, tmp_path):
+    cubin = tmp_path / "fma_only.cubin"
+    compile_cubin(KDIR / "fma_only.cu", arch, cubin)
+    ops = opcode_counts(sass_of(cubin))
+    fams = family_counts(ops)
+    assert any(op.startswith("FFMA") for op in ops), f"no FFMA in fma_only: {dict(ops)}"
+    for fam in TENSOR_OR_ASYNC:
+        assert fams[fam] == 0, f"fma_only has {fam}: {fams}"
