@@ -19,7 +19,7 @@ from xlang.toolchain import require_tool
 
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # "        /*0450*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;   /* 0x... */"
-_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+\{?\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
+_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+\{?\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)")
 
 
 def parse_sass(text: str) -> dict[str, Counter]:

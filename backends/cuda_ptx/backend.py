@@ -32,15 +32,15 @@ class CudaPtxBackend(Backend):
     )
 
     def nvcc_command(self, source: Path, output: Path, arch) -> list[str]:
-        nvcc = require_tool("nvcc")
-        stubs = nvcc.resolve().parent.parent / "lib64" / "stubs"
         return [
-            str(nvcc), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", arch.gencode,
+            str(require_tool("nvcc")), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", arch.gencode,
             # The architecture's template headers (arch_docs/<docs>/templates) are on the include path.
             "-I", str(resources.folder("arch_docs") / arch.docs / "templates"),
+            # No -lcuda: a CPU-only build machine has no libcuda, so driver functions (cuTensorMapEncodeTiled
+            # for TMA) are reached through cudaGetDriverEntryPoint. -z defs turns a direct call into a link
+            # error here instead of a load failure on the GPU machine.
+            "-Xlinker", "-z,defs",
             "-o", str(output), str(source),
-            # The driver API (cuTensorMapEncodeTiled for TMA) through the stub; the real libcuda loads at run time.
-            f"-L{stubs}", "-lcuda",
         ]
 
     def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
