@@ -53,6 +53,10 @@ CASES = [
     ("cuda_ptx/gemm_tile_blackwell.cu", "cuda_ptx", "b200", True),
     ("cuda_ptx/fma_only.cu", "cuda_ptx", "h100", False),
     ("cuda_ptx/fma_only.cu", "cuda_ptx", "b200", False),
+    ("cutedsl/hopper_tma_wgmma.py", "cutedsl", "h100", True),
+    ("cutedsl/blackwell_tma_tcgen05.py", "cutedsl", "b200", True),
+    ("cutedsl/fma_only.py", "cutedsl", "h100", False),
+    ("cutedsl/fma_only.py", "cutedsl", "b200", False),
 ]
 
 # A plain-FMA GEMM that follows the contract: tensor cores and TMA both missing, on either architecture.
@@ -76,6 +80,8 @@ extern "C" void xlang_entry(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv
 @needs_nvcc
 @pytest.mark.parametrize("path,lang,arch,has_families", CASES, ids=[f"{c[0]}-{c[2]}" for c in CASES])
 def test_build_and_census(path, lang, arch, has_families, tmp_path):
+    if lang == "cutedsl":
+        pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
     arch_obj = get_arch(arch)
     source = FMA_GEMM_CU if path == "cuda_ptx/fma_only.cu" else KERNELS / path
     result = build_candidate(source, lang, GEMM, arch_obj, workdir=tmp_path)
