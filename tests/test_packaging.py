@@ -1,0 +1,29 @@
+"""An install exposes only the `xlang` import name, and carries every xlang package and resource folder."""
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_wheel_holds_only_xlang_with_tasks_backends_and_docs_inside(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    "-w", str(tmp_path), str(ROOT)], check=True)
+    (wheel,) = tmp_path.glob("xlang-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"xlang"}
+    for must in ("xlang/archs.toml", "xlang/tasks/gemm/__init__.py", "xlang/tasks/_attention.py",
+                 "xlang/backends/triton/backend.py", "xlang/backends/cuda_ptx/prompt.md",
+                 "xlang/backends/cutedsl/backend.py"):
+        assert must in names, must
+
+
+def test_every_xlang_subpackage_is_declared():
+    declared = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "xlang").rglob("__init__.py")
+               if "__pycache__" not in p.parts}
+    assert on_disk <= declared, f"add to pyproject [tool.setuptools] packages: {sorted(on_disk - declared)}"
