@@ -118,7 +118,9 @@ __device__ __forceinline__ void tcgen05_mma_f16(uint32_t d_tmem, uint64_t desc_a
 
 // Make `bar` receive one arrival when ALL tcgen05.mma (and tcgen05.cp) previously
 // issued by this thread have completed (their smem reads and TMEM writes are done).
-// Implies tcgen05.fence::before_thread_sync. Issued by the same single thread.
+// Issued by the same single thread that issued the MMAs. Waiters then run
+// tcgen05_fence_after() before tcgen05.ld (PTX ISA 9.7.16.6.4.4 pattern; no
+// extra before_thread_sync fence is needed between mma and commit).
 __device__ __forceinline__ void tcgen05_commit(uint64_t* bar) {
   asm volatile(
       "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%0];"

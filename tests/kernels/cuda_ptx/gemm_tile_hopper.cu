@@ -89,6 +89,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     uint8_t* sb = sa + A_TILE_BYTES;
 
     xl::mbar_wait(&full[s], parity);  // TMA bytes for this stage have landed
+    __syncwarp();  // reconverge the warp before the .sync.aligned wgmma instructions
 
     // This warpgroup's 64 rows of A start 64*128 B = 8 KiB into the A tile
     // (still 1024-byte aligned); B covers all 128 rows (= N of the tile).
