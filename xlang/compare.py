@@ -1,0 +1,271 @@
+"""`xlang compare`: the language × architecture matrix, run cell by cell through the agent loop and profiler.
+
+A cell is one (task, language, architecture) with the compare's model, turn limit, sample count, docs level,
+shape and seed. Its run id is derived from all of those, so re-running the same command resumes: a cell whose
+run is stored as finished is never run again; an interrupted one is resumed by the agent loop (every stored turn
+is kept, the turn that was in flight is done again); the store (SQLite, WAL, synchronous=FULL) keeps every
+committed turn through a SIGKILL. When the architecture's GPU is not reachable (`--profiler local` on a machine
+without it, or a worker without it) the cells still compile and take the static census, and their runtime
+columns say why they were not run, e.g. "not run (no sm_100a device)".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from xlang.errors import XlangError
+
+DEFAULT_STORE = "xlang-runs/results.db"
+STORE_ENV = "XLANG_STORE"
+
+
+def default_store() -> str:
+    return os.environ.get(STORE_ENV) or DEFAULT_STORE
+
+
+@dataclass
+class CompareConfig:
+    archs: list[str]
+    langs: list[str]
+    tasks: list[str] | None = None  # None: every task
+    model: str = "reference"
+    turns: int = 8
+    samples: int = 1
+    docs: str = "contracts"
+    store: str = DEFAULT_STORE
+    profiler: str = "local"
+    shape: dict = field(default_factory=dict)
+    seed: int = 0
+    concurrency: int = 2
+    max_cost: float | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass
+class Cell:
+    task: str
+    lang: str
+    arch: str
+    run_id: str
+
+
+@dataclass
+class CellOutcome:
+    cell: Cell
+    state: str  # "stored" (finished before), "done", "missing", "error", "budget"
+    seconds: float = 0.0
+    summary: str = ""
+
+
+@dataclass
+class CompareResult:
+    cells: list[CellOutcome]
+    dataset: object  # xlang.report.data.Dataset of this compare's runs
+    stats: object  # pandas DataFrame: tables.cell_stats
+    seconds: float
+
+
+def split_list(text: str | None) -> list[str]:
+    return [s.strip() for s in (text or "").split(",") if s.strip()]
+
+
+def _solution_digest(task: str, lang: str, arch: str) -> str | None:
+    from xlang.archs import get_arch
+    from xlang.backend import get_backend
+    from xlang.task import get_task
+
+    path = get_task(task).solution_path(lang, get_arch(arch).generation, get_backend(lang).suffix)
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path else None
+
+
+def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
+    """Deterministic: the same command names the same runs (what makes a compare resumable)."""
+    key = {"task": task, "lang": lang, "arch": arch, "model": cfg.model, "turns": cfg.turns, "samples": cfg.samples,
+           "docs": cfg.docs, "shape": dict(sorted(cfg.shape.items())), "seed": cfg.seed,
+           "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+    if cfg.model == "reference":  # a new or changed expert solution is a new cell run; a missing one is re-checked
+        key["solution"] = _solution_digest(task, lang, arch)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    model = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.model)[:40]
+    return f"cmp-{task}-{lang}-{arch}-{model}-{digest}"
+
+
+def validate(cfg: CompareConfig) -> CompareConfig:
+    """Check every name before any work; fill in the task list."""
+    from xlang.archs import get_arch
+    from xlang.backend import get_backend
+    from xlang.task import get_task, task_names
+
+    if not cfg.archs:
+        raise XlangError("--arch needs at least one architecture (e.g. --arch b200 or --arch h100,b200)")
+    if not cfg.langs:
+        raise XlangError("--langs needs at least one language (e.g. --langs triton,cuda_ptx)")
+    if cfg.turns < 1 or cfg.samples < 1:
+        raise XlangError("--turns and --samples must be at least 1")
+    cfg.archs = [get_arch(a).name for a in dict.fromkeys(cfg.archs)]
+    cfg.langs = list(dict.fromkeys(cfg.langs))
+    for lang in cfg.langs:
+        get_backend(lang)
+    cfg.tasks = list(dict.fromkeys(cfg.tasks)) if cfg.tasks else list(task_names())
+    for t in cfg.tasks:
+        task = get_task(t)
+        if cfg.shape:
+            task.shape(cfg.shape)
+    from xlang.agent.prompt import DOCS_LEVELS
+
+    if cfg.docs not in DOCS_LEVELS:
+        raise XlangError(f"unknown docs level '{cfg.docs}' (known: {', '.join(DOCS_LEVELS)})")
+    return cfg
+
+
+def plan(cfg: CompareConfig) -> list[Cell]:
+    """Task-major, then architecture, then language."""
+    return [Cell(t, lang, a, cell_run_id(cfg, t, lang, a)) for t in cfg.tasks for a in cfg.archs for lang in cfg.langs]
+
+
+def _check_profiler(cfg: CompareConfig) -> str:
+    """A worker URL must answer before any work. Returns a line describing where runtime runs."""
+    spec = cfg.profiler
+    if spec in ("local", "none"):
+        return spec
+    from xlang.remote import RemoteProfiler
+
+    client = RemoteProfiler(spec)
+    client.health()
+    return f"worker {client.describe()}"
+
+
+def _stored_finished(store_path: str, run_ids: list[str]) -> dict[str, str]:
+    """run_id -> status for the runs already stored as finished."""
+    if not Path(store_path).is_file():
+        return {}
+    from xlang.store import Store
+
+    with Store(store_path) as store:
+        return {r["run_id"]: r["status"] for r in store.runs() if r["run_id"] in set(run_ids)
+                and r["status"] in ("done",)}
+
+
+def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
+    """One cell through the agent loop (resumes the cell's run when it exists)."""
+    from xlang.agent.loop import RunConfig, run
+
+    rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, model=cfg.model, turns=cfg.turns,
+                   samples=cfg.samples, docs=cfg.docs, profiler=cfg.profiler, store=cfg.store,
+                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=dict(cfg.shape),
+                   temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id)
+    return run(rc, on_turn)
+
+
+def _summarise(result) -> tuple[str, str]:
+    """(state, one line) for a finished cell."""
+    samples = result.samples
+    statuses = [s.status for s in samples]
+    if statuses and all(s == "missing" for s in statuses):
+        return "missing", "missing: " + (samples[0].note or "no candidate")
+    cats = [s.best_category or s.status for s in samples]
+    counts = {c: cats.count(c) for c in dict.fromkeys(cats)}
+    text = ", ".join(f"{c} ×{n}" if n > 1 else c for c, n in counts.items())
+    speed = [s.best_speedup for s in samples if s.best_speedup]
+    if speed:
+        text += f"  best {max(speed):.2f}×"
+    if result.runtime_note:
+        text += f"  [runtime {result.runtime_note}]"
+    return result.status, text
+
+
+def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> CompareResult:
+    """Run (or resume) the whole matrix, then compute its table from the store."""
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    from xlang.report import source, tables
+
+    console = console or Console()
+    validate(cfg)
+    where = _check_profiler(cfg)
+    cells = plan(cfg)
+    finished = _stored_finished(cfg.store, [c.run_id for c in cells])
+    todo = [c for c in cells if c.run_id not in finished]
+    console.print(f"[bold]xlang compare[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
+                  f"{len(cfg.langs)} language(s) = {len(cells)} cells · model {cfg.model} · turns {cfg.turns} · "
+                  f"samples {cfg.samples} · docs {cfg.docs} · runtime: {where} · store {cfg.store}"
+                  + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
+                  highlight=False)
+    start = time.monotonic()
+    outcomes = [CellOutcome(c, "stored") for c in cells if c.run_id in finished]
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+               TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
+    with Progress(*columns, console=console, transient=True, disable=not progress) as bar:
+        overall = bar.add_task("cells", total=len(todo))
+        for i, cell in enumerate(todo, 1):
+            label = f"{cell.task} · {cell.lang} · {cell.arch}"
+            current = bar.add_task(f"  {label}: starting", total=cfg.samples)
+            bar.update(overall, description=f"cells ({i}/{len(todo)}: {label})")
+            done_samples = set()
+
+            def on_turn(e, current=current, label=label, done_samples=done_samples):
+                if e.turn_idx >= e.turns or e.error:
+                    done_samples.add(e.sample_idx)
+                what = e.category or "error"
+                bar.update(current, completed=len(done_samples),
+                           description=f"  {label}: sample {e.sample_idx} turn {e.turn_idx}/{e.turns} {what}")
+
+            t0 = time.monotonic()
+            result = run_cell(cfg, cell, on_turn)
+            state, text = _summarise(result)
+            outcome = CellOutcome(cell, state, time.monotonic() - t0, text)
+            outcomes.append(outcome)
+            bar.remove_task(current)
+            bar.advance(overall)
+            colour = {"done": "green", "missing": "dim"}.get(state, "yellow")
+            console.print(f"[{colour}]{'✓' if state in ('done', 'missing') else '!'}[/{colour}] {label}: {text} "
+                          f"[dim]({outcome.seconds:.1f} s)[/dim]", highlight=False)
+    dataset = source.load(cfg.store, [c.run_id for c in cells])
+    stats = tables.cell_stats(dataset)
+    order = {c.run_id: i for i, c in enumerate(cells)}
+    outcomes.sort(key=lambda o: order[o.cell.run_id])
+    return CompareResult(outcomes, dataset, stats, time.monotonic() - start)
+
+
+SHORT_HEADERS = {"arch instructions (static)": "arch instr. (static)",
+                 "correct with arch instructions": "correct + arch instr."}
+
+
+def print_table(result: CompareResult, console, title: str = "") -> None:
+    from rich.table import Table
+
+    from xlang.report import tables
+
+    display = tables.format_cells(result.stats)
+    table = Table(title=title or "xlang compare", show_lines=False, header_style="bold")
+    for col in display.columns:
+        table.add_column(SHORT_HEADERS.get(col, col), justify="right" if col in ("n", "best speedup") else "left",
+                         overflow="fold")
+    last = None
+    for _, row in display.iterrows():
+        if last is not None and row["task"] != last:
+            table.add_section()
+        last = row["task"]
+        cells = []
+        for col in display.columns:
+            text = str(row[col])
+            style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else ""
+            cells.append(f"[{style}]{text}[/{style}]" if style else text)
+        table.add_row(*cells)
+    console.print(table)
+    for line in tables.runtime_banners(result.dataset):
+        console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
+
+
+def to_json(result: CompareResult) -> dict:
+    return {"cells": [{**asdict(o.cell), "state": o.state, "seconds": round(o.seconds, 3), "summary": o.summary}
+                      for o in result.cells],
+            "table": json.loads(result.stats.to_json(orient="records"))}

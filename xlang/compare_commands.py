@@ -1,0 +1,107 @@
+"""`xlang compare`, `xlang report` and `xlang worker`. Registered on the CLI app by register(app); pandas,
+matplotlib and the agent loop are imported only when a command runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_command)
+    app.command("report")(report_command)
+    app.command("worker")(worker_command)
+
+
+def compare_command(
+    arch: str = typer.Option(..., "--arch", "-a", help="architectures, comma-separated: h100,h200,b200"),
+    langs: str = typer.Option(..., "--langs", "-l", help="languages, comma-separated: triton,cuda_ptx,cutedsl"),
+    tasks: Optional[str] = typer.Option(None, "--tasks", "-t", help="tasks, comma-separated (default: all)"),
+    model: str = typer.Option("reference", "--model", "-m",
+                              help="'reference' (the expert solutions), a litellm model, or 'replay:DB[#RUN]'"),
+    turns: int = typer.Option(8, help="turn limit per sample"),
+    samples: int = typer.Option(1, help="independent trajectories per cell"),
+    docs: str = typer.Option("contracts", help="architecture docs level: none | params | templates | contracts"),
+    store: Optional[str] = typer.Option(None, help="results database (default: xlang-runs/results.db or "
+                                                   "$XLANG_STORE)"),
+    profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
+    shape: Optional[str] = typer.Option(None, help="size overrides for every task, e.g. M=4096,N=4096,K=4096"),
+    seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
+    concurrency: int = typer.Option(2, help="samples of one cell run at the same time"),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="per cell: stop LLM calls past this many USD"),
+    temperature: Optional[float] = typer.Option(None),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    report: Optional[Path] = typer.Option(None, help="also write the report of this compare to this folder"),
+    as_json: bool = typer.Option(False, "--json", help="print the cells and the table as JSON at the end"),
+):
+    """Run the language × architecture matrix (resumable) and print the main table."""
+    from rich.console import Console
+
+    from xlang.compare import CompareConfig, default_store, print_table, run_compare, split_list, to_json
+    from xlang.task import parse_shape
+
+    console = Console(stderr=as_json, width=None if (sys.stderr if as_json else sys.stdout).isatty() else 200)
+    cfg = CompareConfig(archs=split_list(arch), langs=split_list(langs), tasks=split_list(tasks) or None,
+                        model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
+                        profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
+                        max_cost=max_cost, temperature=temperature, max_tokens=max_tokens)
+    result = run_compare(cfg, console)
+    print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
+                                       f"samples {cfg.samples} · docs {cfg.docs}")
+    if report is not None:
+        from xlang.report import write_report
+
+        rep = write_report(result.dataset, report)
+        console.print(f"report: {rep.index}", highlight=False)
+    else:
+        console.print(f"[dim]{len(result.cells)} cells in {result.seconds:.1f} s · store {cfg.store} · "
+                      f"xlang report --store {cfg.store} --out reports/NAME[/dim]", highlight=False)
+    if as_json:
+        print(json.dumps(to_json(result), indent=1))
+    if any(o.state == "error" for o in result.cells):
+        raise typer.Exit(1)
+
+
+def report_command(
+    store: Optional[str] = typer.Option(None, help="results database (default: xlang-runs/results.db or "
+                                                   "$XLANG_STORE)"),
+    out: Optional[Path] = typer.Option(None, help="output folder (default: reports/<store file name>)"),
+    title: Optional[str] = typer.Option(None, help="the report's title"),
+):
+    """Write index.html (tables and plots), report.md and CSV/Parquet of every table from a results store."""
+    from rich.console import Console
+
+    from xlang.compare import default_store
+    from xlang.report import source, tables, write_report
+
+    console = Console()
+    store = store or default_store()
+    out = out or Path("reports") / Path(store).stem
+    ds = source.load(store)
+    rep = write_report(ds, out, title)
+    console.print(f"{len(ds.runs)} sample runs, {len(ds.turns)} candidates from {store}", highlight=False)
+    for line in tables.runtime_banners(ds):
+        console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
+    console.print(f"wrote {rep.index}, {rep.markdown}, {len(rep.plots)} plots, {len(rep.csv)} CSV"
+                  + (f", {len(rep.parquet)} Parquet" if rep.parquet else f" ({rep.parquet_note})"), highlight=False)
+
+
+def worker_command(
+    host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default; any other needs a token)"),
+    port: int = typer.Option(8765, help="port (0: any free port)"),
+    token: Optional[str] = typer.Option(None, help="bearer token clients must send (default: $XLANG_WORKER_TOKEN)"),
+    generate_token: bool = typer.Option(False, "--generate-token", help="make a random token and print it"),
+):
+    """Serve the GPU profiler over HTTP: one job per GPU at a time, each evaluation in its own process."""
+    from xlang.remote import TOKEN_ENV, new_token, serve
+
+    token = token or os.environ.get(TOKEN_ENV) or None
+    if generate_token and not token:
+        token = new_token()
+        typer.echo(f"token: {token}  (clients: export {TOKEN_ENV}={token})", err=True)
+    serve(host, port, token, log=lambda s: typer.echo(s, err=True))

@@ -1,0 +1,76 @@
+"""Reading the results store (xlang.store, SQLite) into the report's records.
+
+One report record per trajectory (a `samples` row): its run's task / lang / arch / model / limits, its status,
+and its turns with their verdicts. The store's `runs.versions_json` and each runtime verdict's fingerprint are
+the environment fingerprints printed on the report.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from xlang.errors import XlangError
+from xlang.report.data import Dataset, from_records
+
+DEFAULT_STORE = "xlang-runs/results.db"
+
+
+def sample_id(run_id: str, sample_idx: int) -> str:
+    return f"{run_id}#{sample_idx}"
+
+
+def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """(records, environments) from an open xlang.store.Store; only run_ids when given."""
+    wanted = set(run_ids) if run_ids is not None else None
+    runs = {r["run_id"]: r for r in store.runs() if wanted is None or r["run_id"] in wanted}
+    turns_by_sample: dict[tuple, list] = {}
+    for t in store.turns():
+        if t["run_id"] in runs:
+            turns_by_sample.setdefault((t["run_id"], t["sample_idx"]), []).append(t)
+    records, envs = [], []
+    for s in store.samples():
+        run = runs.get(s["run_id"])
+        if run is None:
+            continue
+        versions = run.get("versions") or {}
+        if versions:
+            env = {"recorded by": "xlang run", **versions}
+            if env not in envs:
+                envs.append(env)
+        turns = []
+        for t in turns_by_sample.get((s["run_id"], s["sample_idx"]), []):
+            verdict = dict(t.get("verdict") or {})
+            if not verdict:
+                verdict = {"category": t.get("category") or ""}
+            if verdict.get("build") is None and t.get("build"):
+                verdict["build"] = t["build"]
+            turns.append({"turn": t["turn_idx"], "verdict": verdict})
+        records.append({
+            "run_id": sample_id(s["run_id"], s["sample_idx"]),
+            "task": run["task"], "lang": run["lang"], "arch": run["arch"], "model": run["model"],
+            "sample": s["sample_idx"], "turns_limit": run.get("turns_limit") or 1,
+            "docs": run.get("docs_level") or "", "status": s["status"], "note": s.get("note") or "",
+            "turns": turns,
+        })
+    return records, envs
+
+
+def load(store_path: str | Path, run_ids: list[str] | None = None) -> Dataset:
+    """The Dataset of a results store (read only; the file must exist)."""
+    path = Path(store_path)
+    if not path.is_file():
+        raise XlangError(f"no results store at {path} (run `xlang compare` or `xlang run` first, or pass --store)")
+    try:
+        from xlang.store import Store
+    except ImportError as e:  # pragma: no cover - the store ships with xlang
+        raise XlangError(f"the results store module is not available: {e}") from None
+    try:
+        store = Store(path)
+    except sqlite3.DatabaseError as e:
+        raise XlangError(f"{path} is not a results store: {e}") from None
+    try:
+        records, envs = records_from_store(store, run_ids)
+    finally:
+        store.close()
+    return from_records(records, envs, source=str(path))
