@@ -37,8 +37,20 @@ def _note(ax, text: str) -> None:
             wrap=True, bbox={"boxstyle": "round,pad=0.6", "fc": "#f6f6f6", "ec": "#ddd"})
 
 
+def _empty(path: Path, text: str) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 2))
+    ax.set_axis_off()
+    _note(ax, text)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
 def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks: list[str], path: Path) -> Path:
     """Best speedup over the vendor baseline per task × language, one panel per architecture."""
+    if not archs or not langs:
+        return _empty(path, "no results in the store yet")
     plt = _plt()
     fig, axes = plt.subplots(1, max(1, len(archs)), figsize=(max(5.0, 4.2 * len(archs)), 3.6), squeeze=False,
                              sharey=True)
@@ -49,6 +61,7 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
         ax.set_title(arch)
         ax.set_xticks(range(len(tasks)))
         ax.set_xticklabels(tasks, rotation=20, ha="right")
+        ax.set_xlim(-0.5, len(tasks) - 0.5)
         ax.axhline(1.0, color="#999", lw=0.8, ls="--")
         if not sub["runtime_ran"].any():
             note = next((n for n in sub["runtime_note"] if n), "runtime not run")
@@ -85,6 +98,8 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
 
 def turn_limit_plot(table: pd.DataFrame, archs: list[str], langs: list[str], path: Path) -> Path:
     """Correctness (solid) and correct-with-arch-instructions (dashed) rates against the turn limit."""
+    if not archs or not langs:
+        return _empty(path, "no results in the store yet")
     plt = _plt()
     n_lines = max(1, len(langs))
     fig, axes = plt.subplots(1, max(1, len(archs)), figsize=(max(5.0, 4.2 * len(archs)), 3.2 + 0.22 * n_lines),
@@ -122,6 +137,8 @@ def turn_limit_plot(table: pd.DataFrame, archs: list[str], langs: list[str], pat
 
 def mix_plot(mix: pd.DataFrame, path: Path) -> Path:
     """Stacked horizontal bars: the SASS instruction mix of each language on each architecture."""
+    if mix.empty:
+        return _empty(path, "no compiled candidate")
     plt = _plt()
     rows = list(mix.itertuples(index=False))
     fig, ax = plt.subplots(figsize=(10, 0.9 + 0.42 * max(1, len(rows))))

@@ -134,7 +134,7 @@ def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
             row.update({"n": "0", "compiled": "missing", "arch instructions (static)": "missing",
                         "correct": "missing", "correct with arch instructions": "missing", "best speedup": "missing"})
         else:
-            note = r.runtime_note or "not run"
+            note = (r.runtime_note or "not run") if r.n else "–"
             row.update({
                 "n": str(r.n) + (f" (+{r.unfinished} unfinished)" if r.unfinished else ""),
                 "compiled": _rate(r.compile_rate, r.n),

@@ -1,0 +1,69 @@
+"""The HTML report in a real browser: headless Chromium (Debian's `chromium` package) loads index.html, the page's
+script marks how many plot images decoded (naturalWidth > 0), and a screenshot shows a non-blank page.
+
+Install once: apt-get update && apt-get install -y chromium. Skipped where Chromium is absent, except under CI
+(CI set), where its absence fails the test."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from report_records import records
+from xlang.report import write_report
+from xlang.report.data import from_records
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+         "--disable-dev-shm-usage", "--allow-file-access-from-files"]
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    if os.environ.get("CI"):
+        pytest.fail("Chromium is missing: apt-get update && apt-get install -y chromium")
+    pytest.skip("Chromium not installed (apt-get install -y chromium)")
+
+
+def _run(browser, tmp_path, *args) -> subprocess.CompletedProcess:
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    return subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
+                          timeout=90)
+
+
+def test_report_renders_in_chromium(tmp_path):
+    browser = _chromium()
+    rep = write_report(from_records(records(), [{"host": "test-box"}], source="test"), tmp_path / "report")
+    url = rep.index.resolve().as_uri()
+
+    dom = _run(browser, tmp_path, "--virtual-time-budget=10000", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    total = re.search(r'data-plots-total="(\d+)"', dom.stdout)
+    rendered = re.search(r'data-plots-rendered="(\d+)"', dom.stdout)
+    assert total and rendered, "the page's load script did not run"
+    assert int(total.group(1)) == 3 and int(rendered.group(1)) == 3, "a plot image did not decode"
+    assert "Blackwell runtime was not run" in dom.stdout
+    assert 'id="main-table"' in dom.stdout
+
+    shot = tmp_path / "report.png"
+    res = _run(browser, tmp_path, "--window-size=1280,2400", f"--screenshot={shot}", "--virtual-time-budget=10000",
+               url)
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[0] == 2400 and pixels.shape[1] == 1280
+    # Not a blank page: plenty of non-white pixels, and colour (the plots), not only black text.
+    rgb = pixels[..., :3]
+    assert (rgb.mean(axis=2) < 0.9).mean() > 0.03
+    assert (rgb.max(axis=2) - rgb.min(axis=2) > 0.3).mean() > 0.01
+    keep = os.environ.get("XLANG_KEEP_SCREENSHOT")
+    if keep:
+        shutil.copy(shot, keep)

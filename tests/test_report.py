@@ -1,0 +1,149 @@
+"""Report tables, files and the store adapter (xlang.report), on hand-made records."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from report_records import NOT_RUN, records
+from xlang.report import parquet_engine, tables, write_report
+from xlang.report.data import from_records
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return from_records(records(), [{"host": "test-box", "python": "3.11"}], source="test")
+
+
+def _cell(stats, task, arch, lang):
+    row = stats[(stats.task == task) & (stats.arch == arch) & (stats.lang == lang)]
+    assert len(row) == 1
+    return row.iloc[0]
+
+
+def test_cell_stats_follow_ptxbench(ds):
+    stats = tables.cell_stats(ds)
+    t = _cell(stats, "gemm", "h100", "triton")
+    assert t.n == 2 and t.runtime_ran and t.n_runtime == 2
+    assert t.correctness_rate == 1.0 and t.correct_with_arch_rate == 1.0
+    assert t.best_speedup == pytest.approx(1.1) and t.n_speedup == 2
+    assert t.compile_rate == 1.0 and t.static_rate == 1.0
+    c = _cell(stats, "gemm", "h100", "cuda_ptx")
+    assert c.correctness_rate == 0.0 and c.n_speedup == 0 and math.isnan(c.best_speedup)
+    tb = _cell(stats, "gemm", "b200", "triton")
+    assert not tb.runtime_ran and tb.runtime_note == NOT_RUN and math.isnan(tb.correctness_rate)
+    assert tb.static_rate == 1.0
+    assert _cell(stats, "gemm", "b200", "cuda_ptx").static_rate == 0.0
+    assert _cell(stats, "attn_fwd", "h100", "cuda_ptx").missing
+    unfinished = _cell(stats, "attn_fwd", "h100", "triton")
+    assert unfinished.n == 0 and unfinished.unfinished == 1
+
+
+def test_turn_limits(ds):
+    # Within 1 turn: sample 1 was correct (not_executed) but without the arch instructions; nothing else.
+    one = tables.cell_stats(ds, limit=1)
+    t = _cell(one, "gemm", "h100", "triton")
+    assert t.correctness_rate == 0.5 and t.correct_with_arch_rate == 0.0 and t.best_speedup == 0.5
+    four = _cell(tables.cell_stats(ds, limit=4), "gemm", "h100", "triton")
+    assert four.correct_with_arch_rate == 0.5
+    table = tables.turn_limit_table(ds)
+    row = table[(table.arch == "h100") & (table.lang == "triton")].set_index("turn_limit")
+    assert list(row.index) == [1, 4, 8]
+    assert list(row.correct_with_arch_rate) == [0.0, 0.5, 1.0]
+    # b200 runs had a turn limit of 1: they speak for limit 1 only, and with no runtime.
+    b = table[table.arch == "b200"]
+    assert set(b.turn_limit) == {1} and (b.n_runtime == 0).all()
+
+
+def test_display_says_missing_and_not_run(ds):
+    display = tables.format_cells(tables.cell_stats(ds))
+    row = display[(display.task == "gemm") & (display.arch == "b200") & (display.lang == "triton")].iloc[0]
+    assert row["correct"] == NOT_RUN and row["best speedup"] == NOT_RUN
+    assert row["arch instructions (static)"] == "100% (1/1)"
+    missing = display[(display.task == "attn_fwd") & (display.lang == "cuda_ptx")].iloc[0]
+    assert set(missing.drop(["task", "arch", "lang", "n"])) == {"missing"}
+    t = display[(display.task == "gemm") & (display.arch == "h100") & (display.lang == "triton")].iloc[0]
+    assert t["correct"] == "100% (2/2)" and t["best speedup"] == "1.10× (n=2)"
+    # Order: task, then arch in registry order (h100 before b200), then language (triton, cuda_ptx, cutedsl).
+    gemm = display[display.task == "gemm"]
+    assert list(zip(gemm.arch, gemm.lang)) == [("h100", "triton"), ("h100", "cuda_ptx"), ("b200", "triton"),
+                                               ("b200", "cuda_ptx")]
+
+
+def test_instruction_mix_and_not_run(ds):
+    mix = tables.instruction_mix(ds)
+    for _, r in mix.iterrows():
+        assert sum(r[c] for c in tables.MIX_ORDER) == pytest.approx(1.0)
+    b = mix[(mix.arch == "b200") & (mix.lang == "triton")].iloc[0]
+    assert b["tensor core: wgmma / tcgen05"] == pytest.approx(24 / 144)
+    assert tables.mix_class("HGMMA") == tables.mix_class("UTCHMMA") == "tensor core: wgmma / tcgen05"
+    assert tables.mix_class("UTMALDG") == "TMA and bulk copies"
+    nr = tables.not_run(ds)
+    assert set(nr.what) == {"runtime", "candidate", "run"}
+    assert (nr[nr.what == "runtime"].reason == NOT_RUN).all()
+    banners = tables.runtime_banners(ds)
+    assert any("Blackwell runtime was not run (no sm_100a device)" in b for b in banners)
+    assert not any(b.startswith("h100") for b in banners)
+
+
+def test_blackwell_absent_is_still_said(ds):
+    hopper_only = from_records([r for r in records() if r["arch"] == "h100"])
+    assert any("b200" in b and "Blackwell runtime was not run" in b for b in tables.runtime_banners(hopper_only))
+
+
+def test_write_report_files(ds, tmp_path):
+    rep = write_report(ds, tmp_path / "out")
+    html = rep.index.read_text()
+    assert "Blackwell runtime was not run" in html and "not run (no sm_100a device)" in html
+    assert html.count('class="plot"') == 3 and "test-box" in html and "NVIDIA H200" in html
+    md = rep.markdown.read_text()
+    assert "| gemm | b200 | triton | 1 |" in md and "Blackwell runtime was not run" in md
+    for p in rep.plots:
+        assert p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+    main = pd.read_csv(tmp_path / "out" / "data" / "main.csv")
+    assert len(main) == len(tables.cell_stats(ds))
+    names = {p.stem for p in rep.csv}
+    assert {"main", "main_display", "turn_limits", "instruction_mix", "not_run", "environment", "runs",
+            "turns"} <= names
+    if parquet_engine():
+        assert {p.stem for p in rep.parquet} == names
+        assert len(pd.read_parquet(tmp_path / "out" / "data" / "turns.parquet")) == len(ds.turns)
+    else:
+        assert not rep.parquet and "Parquet not written" in html
+
+
+def test_empty_report(tmp_path):
+    rep = write_report(from_records([]), tmp_path / "empty")
+    assert "Blackwell runtime was not run" in rep.index.read_text()
+
+
+def test_load_from_store(tmp_path):
+    """The adapter reads what the agent loop writes (xlang.store): samples become report runs."""
+    from xlang.report import source
+    from xlang.store import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        for rec in records():
+            run_id = rec["run_id"]
+            store.create_run(run_id, task=rec["task"], lang=rec["lang"], arch=rec["arch"], model="reference",
+                             source="reference", docs_level="contracts", turns_limit=rec["turns_limit"], samples=1,
+                             versions={"python": "3.11", "triton": "3.6.0"})
+            store.start_sample(run_id, 0)
+            for t in rec["turns"]:
+                store.add_turn(run_id, 0, t["turn"], messages=[], verdict=t["verdict"],
+                               build=t["verdict"]["build"])
+            store.update_sample(run_id, 0, status=rec["status"])
+            store.finish_run(run_id)
+    loaded = source.load(db)
+    assert len(loaded.runs) == len(records()) and len(loaded.turns) == len(from_records(records()).turns)
+    a = tables.format_cells(tables.cell_stats(loaded)).drop(columns=[])
+    b = tables.format_cells(tables.cell_stats(from_records(records())))
+    pd.testing.assert_frame_equal(a, b)
+    assert {"recorded by": "xlang run", "python": "3.11", "triton": "3.6.0"} in loaded.environments
+    only = source.load(db, ["g-t-b-0"])
+    assert list(only.runs.run_id) == ["g-t-b-0#0"]
+    with pytest.raises(Exception, match="no results store"):
+        source.load(tmp_path / "nope.db")
