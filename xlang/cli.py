@@ -114,6 +114,10 @@ def build_command(
         raise typer.Exit(3)
 
 
+from xlang.agent import commands as _agent_commands
+_agent_commands.register(app)
+
+
 def main() -> None:
     try:
         app()

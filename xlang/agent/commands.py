@@ -1,0 +1,74 @@
+"""`xlang run`: the agent loop from the command line. Registered on the CLI app by register(app); nothing
+heavy (litellm, torch) is imported until the command runs."""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_command)
+
+
+def run_command(
+    task: str = typer.Option(..., "--task", "-t"),
+    lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
+    arch: str = typer.Option(..., "--arch", "-a", help="h100 | h200 | b200"),
+    model: str = typer.Option(..., "--model", "-m",
+                              help="a litellm model (openai/..., anthropic/..., hosted_vllm/...), 'reference', "
+                                   "or 'replay:DB' / 'replay:DB#RUN_ID'"),
+    turns: int = typer.Option(8, help="turns per sample"),
+    samples: int = typer.Option(1, help="independent trajectories"),
+    docs: str = typer.Option("contracts", help="architecture docs level: none | params | templates | contracts"),
+    profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
+    store: str = typer.Option(None, help="results database (default: xlang-runs/xlang.db or $XLANG_STORE)"),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="stop starting LLM calls past this many USD"),
+    concurrency: int = typer.Option(4, help="samples run at the same time"),
+    stop_on_ok: bool = typer.Option(False, "--stop-on-ok", help="end a sample at its first ok (or static_ok)"),
+    shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
+    temperature: Optional[float] = typer.Option(None),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="name the run; an existing one is resumed"),
+):
+    """Run the agent loop: a model writes the task's kernel in a language for an architecture, turn by turn."""
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from xlang.agent.loop import RunConfig, run
+    from xlang.store import DEFAULT_PATH
+    from xlang.task import parse_shape
+
+    console = Console()
+    lock = threading.Lock()
+    cfg = RunConfig(task=task, lang=lang, arch=arch, model=model, turns=turns, samples=samples, docs=docs,
+                    profiler=profiler, store=store or os.environ.get("XLANG_STORE") or DEFAULT_PATH,
+                    max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),
+                    temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id)
+
+    def on_turn(e):
+        detail = (e.error or e.detail or "").strip().splitlines()
+        first = detail[0][:110] if detail else ""
+        speed = f" speedup {e.speedup:.3g}x" if e.speedup else ""
+        colour = {"ok": "green", "static_ok": "cyan"}.get(e.category or "", "yellow" if e.category else "red")
+        with lock:
+            console.print(f"sample {e.sample_idx} turn {e.turn_idx}/{e.turns}: [{colour}]{e.category or 'error'}"
+                          f"[/{colour}]{speed}  {first}  [dim]${e.cost_usd:.4f}[/dim]", highlight=False)
+
+    result = run(cfg, on_turn)
+    table = Table(title=f"run {result.run_id}: {task} · {lang} · {arch} · {model}")
+    for col in ("sample", "status", "turns", "best turn", "best category", "speedup", "note"):
+        table.add_column(col)
+    for s in result.samples:
+        table.add_row(str(s.sample_idx), s.status, str(s.turns), str(s.best_turn or "-"), s.best_category or "-",
+                      f"{s.best_speedup:.3g}x" if s.best_speedup else "-", (s.note or "")[:80])
+    console.print(table)
+    console.print(f"runtime: {result.runtime_note or 'ran'} · cost ${result.cost_usd:.4f} · store {result.store} · "
+                  f"status {result.status}", highlight=False)
+    if result.status == "error":
+        raise typer.Exit(1)

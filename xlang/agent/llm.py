@@ -1,0 +1,112 @@
+"""The LLM client: the only module in xlang that imports litellm (never at CLI import, never on the GPU worker).
+
+Provider errors that may pass (rate limits, overload, 5xx, timeouts, dropped connections) are retried with
+exponential backoff and jitter; others (authentication, bad request, context window) are returned as the turn's
+error at once. Token usage comes from the response, cost from litellm.completion_cost (0 for unknown models).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import time
+from dataclasses import dataclass
+
+from xlang.errors import XlangError
+
+_sleep = time.sleep  # tests replace it
+
+
+@functools.cache
+def litellm_module():
+    # Offline, litellm would try to fetch its model cost map at import: use the copy in the wheel.
+    os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+@dataclass
+class Reply:
+    text: str | None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    error: str | None = None  # the reply could not be obtained
+    code: str | None = None  # set by sources that know the candidate (reference): no extraction
+    attempts: int = 1
+
+
+def check_environment(model: str) -> None:
+    """One clear line, before any work, when the provider's key is not set."""
+    litellm = litellm_module()
+    try:
+        env = litellm.validate_environment(model)
+    except Exception as e:  # noqa: BLE001 - litellm raises various things for unknown providers
+        raise XlangError(f"model '{model}': litellm cannot use it ({type(e).__name__}: {e})") from None
+    # An *_API_BASE has a default (e.g. ollama on localhost): only keys are fatal.
+    missing = [k for k in env.get("missing_keys", []) if not k.endswith("_API_BASE")]
+    if not env.get("keys_in_environment", True) and missing:
+        raise XlangError(f"model '{model}' needs {' or '.join(missing)} in the environment (not set); "
+                         "set it and run again")
+
+
+def _retryable(exc: Exception) -> bool:
+    litellm = litellm_module()
+    kinds = tuple(getattr(litellm, n) for n in ("RateLimitError", "APIConnectionError", "ServiceUnavailableError",
+                                                "InternalServerError", "Timeout", "BadGatewayError")
+                  if hasattr(litellm, n))
+    if isinstance(exc, kinds):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+class LLMClient:
+    def __init__(self, model: str, sampling: dict | None = None, retries: int = 6, backoff_s: float = 2.0,
+                 max_backoff_s: float = 120.0, timeout_s: float = 900.0):
+        self.model = model
+        self.sampling = {k: v for k, v in (sampling or {}).items() if v is not None}
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.timeout_s = timeout_s
+
+    def complete(self, messages: list[dict], seed: int | None = None) -> Reply:
+        litellm = litellm_module()
+        kwargs = dict(self.sampling)
+        if seed is not None:
+            kwargs["seed"] = seed
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                resp = litellm.completion(model=self.model, messages=messages, drop_params=True,
+                                          timeout=self.timeout_s, num_retries=0, **kwargs)
+                break
+            except Exception as e:  # noqa: BLE001
+                if attempt <= self.retries and _retryable(e):
+                    delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
+                    _sleep(delay)
+                    continue
+                return Reply(None, self.model, seconds=time.monotonic() - start, attempts=attempt,
+                             error=f"{type(e).__name__}: {str(e)[:2000]}")
+        choice = resp.choices[0] if resp.choices else None
+        text = getattr(getattr(choice, "message", None), "content", None) if choice else None
+        usage = getattr(resp, "usage", None)
+        try:
+            cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
+        except Exception:  # noqa: BLE001 - unknown model: no price
+            cost = 0.0
+        return Reply(text or "", getattr(resp, "model", None) or self.model,
+                     prompt_tokens=getattr(usage, "prompt_tokens", None),
+                     completion_tokens=getattr(usage, "completion_tokens", None),
+                     total_tokens=getattr(usage, "total_tokens", None), cost_usd=cost,
+                     seconds=time.monotonic() - start, attempts=attempt)

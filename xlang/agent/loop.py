@@ -1,0 +1,264 @@
+"""The agent loop: samples (concurrent, bounded) of up to N turns each; every turn is prompted, answered,
+judged, given feedback and stored before the next one starts.
+
+A run is resumable: run it again with the same --run-id and each sample continues after its last stored turn
+(rebuilding the conversation from the store); finished samples are skipped, nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from xlang import verdict as V
+from xlang.agent import feedback as F
+from xlang.agent import prompt as P
+from xlang.agent.runtime import Runtime, judge, make_runtime
+from xlang.agent.sources import Source, make_source
+from xlang.errors import XlangError
+from xlang.store import DEFAULT_PATH, Store
+
+
+@dataclass
+class RunConfig:
+    task: str
+    lang: str
+    arch: str
+    model: str
+    turns: int = 8
+    samples: int = 1
+    docs: str = "contracts"
+    profiler: str = "local"
+    store: str = DEFAULT_PATH
+    max_cost: float | None = None
+    concurrency: int = 4
+    stop_on_ok: bool = False
+    shape: dict = field(default_factory=dict)  # size overrides
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+    run_id: str | None = None
+    workdir: str | None = None  # build artifacts (default: <store folder>/artifacts)
+
+    def sampling(self) -> dict:
+        return {k: v for k, v in (("temperature", self.temperature), ("max_tokens", self.max_tokens),
+                                  ("top_p", self.top_p)) if v is not None}
+
+
+@dataclass
+class TurnEvent:
+    """What the progress callback receives after each stored turn."""
+    run_id: str
+    sample_idx: int
+    turn_idx: int
+    turns: int
+    category: str | None
+    detail: str
+    speedup: float | None
+    cost_usd: float
+    tokens: int | None
+    error: str | None = None
+
+
+@dataclass
+class SampleResult:
+    sample_idx: int
+    status: str
+    note: str = ""
+    best_turn: int | None = None
+    best_category: str | None = None
+    best_speedup: float | None = None
+    turns: int = 0
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    store: str
+    status: str
+    samples: list[SampleResult]
+    cost_usd: float
+    runtime_note: str
+
+
+class Budget:
+    def __init__(self, limit: float | None, spent: float = 0.0):
+        self.limit, self.spent = limit, spent
+        self._lock = threading.Lock()
+
+    def exhausted(self) -> bool:
+        with self._lock:
+            return self.limit is not None and self.spent >= self.limit
+
+    def add(self, cost: float) -> None:
+        with self._lock:
+            self.spent += cost or 0.0
+
+
+def _versions(source: Source) -> dict:
+    out = {"python": platform.python_version()}
+    for dist in ("xlang", "triton", "torch", "nvidia-cutlass-dsl", "litellm"):
+        if dist == "litellm" and source.kind != "llm":
+            continue
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+class Run:
+    def __init__(self, cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None):
+        from xlang.archs import get_arch
+        from xlang.backend import get_backend
+        from xlang.task import get_task
+
+        if cfg.turns < 1 or cfg.samples < 1 or cfg.concurrency < 1:
+            raise XlangError("--turns, --samples and --concurrency must be at least 1")
+        if cfg.docs not in P.DOCS_LEVELS:
+            raise XlangError(f"unknown docs level '{cfg.docs}' (known: {', '.join(P.DOCS_LEVELS)})")
+        self.cfg = cfg
+        self.on_turn = on_turn or (lambda e: None)
+        self.task = get_task(cfg.task)
+        self.arch = get_arch(cfg.arch)
+        self.backend = get_backend(cfg.lang)
+        self.shape = self.task.shape(cfg.shape)
+        self.required = self.task.required_for(self.arch)
+        self.source = make_source(cfg.model, self.task, cfg.lang, self.arch, self.backend, cfg.sampling())
+        self.source.check()  # missing API key: one line, before any work
+        self.runtime: Runtime = make_runtime(cfg.profiler, self.arch)
+        self.first_prompt = P.first_prompt(self.task, self.arch, self.backend, self.shape, self.required, cfg.docs)
+
+    # ----------------------------------------------------------------------------------------------------
+    def execute(self) -> RunResult:
+        cfg = self.cfg
+        store = Store(cfg.store)
+        try:
+            run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.task}-{cfg.lang}-{cfg.arch}-" \
+                                   f"{uuid.uuid4().hex[:6]}"
+            n_samples = self.source.samples(cfg.samples)
+            created = store.create_run(
+                run_id, task=cfg.task, lang=cfg.lang, arch=cfg.arch, model=cfg.model, source=self.source.kind,
+                docs_level=cfg.docs, turns_limit=cfg.turns, samples=n_samples, shape=self.shape,
+                sampling=cfg.sampling(), seed=cfg.seed, profiler=cfg.profiler,
+                config={"stop_on_ok": cfg.stop_on_ok, "max_cost": cfg.max_cost, "concurrency": cfg.concurrency,
+                        "required": list(self.required), "runtime": self.runtime.name,
+                        "runtime_note": self.runtime.note, **self.source.config()},
+                versions=_versions(self.source))
+            if not created:
+                old = store.run(run_id)
+                if (old["task"], old["lang"], old["arch"], old["model"]) != (cfg.task, cfg.lang, cfg.arch, cfg.model):
+                    raise XlangError(f"run {run_id} exists with {old['task']}/{old['lang']}/{old['arch']}/"
+                                     f"{old['model']}: resume it with the same task, language, arch and model")
+            self.budget = Budget(cfg.max_cost, store.run_cost(run_id))
+            self.store, self.run_id = store, run_id
+            workers = min(cfg.concurrency, n_samples) or 1
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xlang-sample") as pool:
+                results = list(pool.map(self._sample_safe, range(n_samples)))
+            statuses = {r.status for r in results}
+            status = "error" if "error" in statuses else "budget" if "budget" in statuses else "done"
+            store.finish_run(run_id, status)
+            return RunResult(run_id, str(store.path), status, results, store.run_cost(run_id),
+                             self.runtime.note)
+        finally:
+            store.close()
+
+    def _sample_safe(self, k: int) -> SampleResult:
+        try:
+            return self._sample(k)
+        except XlangError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one sample's failure must not lose the others
+            note = f"{type(e).__name__}: {e}"
+            self.store.update_sample(self.run_id, k, status="error", note=note[:4000], finished_at=time.time())
+            return SampleResult(k, "error", note)
+
+    def _sample(self, k: int) -> SampleResult:
+        cfg, store, run_id = self.cfg, self.store, self.run_id
+        seed = cfg.seed + k
+        store.start_sample(run_id, k, seed)
+        row = next(s for s in store.samples(run_id) if s["sample_idx"] == k)
+        stored = store.turns(run_id=run_id, sample_idx=k)
+        if row["status"] in ("done", "missing"):
+            return SampleResult(k, row["status"], row["note"] or "", row["best_turn"], row["best_category"],
+                                row["best_speedup"], len(stored))
+        missing = self.source.missing(k)
+        if missing:
+            store.update_sample(run_id, k, status="missing", note=missing, finished_at=time.time())
+            return SampleResult(k, "missing", missing)
+        turns = min(cfg.turns, self.source.turns(k, cfg.turns)) if self.source.kind != "replay" \
+            else self.source.turns(k, cfg.turns)
+        history = [{"turn_idx": t["turn_idx"], "reply": t["reply"], "feedback": t["feedback"],
+                    "category": t["category"], "speedup": t["speedup"]} for t in stored]
+        best = min(((h["turn_idx"], h["category"], h["speedup"]) for h in history if h["category"]),
+                   key=lambda b: F.rank_key(b[1], b[2]), default=None)
+        status, note = "done", ""
+        if stored and stored[-1]["error"]:
+            history.pop()  # a failed provider call is retried on resume (its row stays as the record)
+        for turn_idx in range(len(stored) + 1, turns + 1):
+            if cfg.stop_on_ok and best and best[1] in (V.OK, V.STATIC_OK) and self.source.kind != "replay":
+                break
+            if self.budget.exhausted():
+                status, note = "budget", f"--max-cost {cfg.max_cost} USD reached (spent {self.budget.spent:.4f})"
+                break
+            wall0 = time.monotonic()
+            messages = P.build_messages(self.first_prompt, history)
+            reply = self.source.reply(messages, k, turn_idx, seed)
+            self.budget.add(reply.cost_usd)
+            common = dict(messages=messages, reply=reply.text, prompt_tokens=reply.prompt_tokens,
+                          completion_tokens=reply.completion_tokens, total_tokens=reply.total_tokens,
+                          cost_usd=reply.cost_usd, llm_seconds=reply.seconds, model=reply.model,
+                          sampling=cfg.sampling(), seed=seed)
+            if reply.error:
+                store.add_turn(run_id, k, turn_idx, error=reply.error, wall_seconds=time.monotonic() - wall0, **common)
+                self._emit(k, turn_idx, turns, None, reply.error, None, reply, reply.error)
+                status, note = "error", f"turn {turn_idx}: {reply.error}"
+                break
+            if reply.code is not None:
+                code, no_code_note = reply.code, ""
+            else:
+                ex = P.extract_code(reply.text, self.backend)
+                code, no_code_note = ex.code, ex.note
+            workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
+            j = judge(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
+                      {"seed": seed})
+            v = j.verdict
+            candidate = (turn_idx, v.category, v.speedup)
+            if best is None or F.rank_key(v.category, v.speedup) < F.rank_key(best[1], best[2]):
+                best = candidate
+            fb = F.feedback_text(v, turn_idx=turn_idx, turns=turns, backend=self.backend, arch=self.arch,
+                                 extract_note=no_code_note, best=best)
+            with store.transaction():
+                store.add_turn(run_id, k, turn_idx, code=code, build=j.build.to_dict() if j.build else None,
+                               verdict=v.to_dict(), category=v.category, feedback=fb, speedup=v.speedup,
+                               build_seconds=j.build_seconds, eval_seconds=j.eval_seconds,
+                               wall_seconds=time.monotonic() - wall0, **common)
+                store.update_sample(run_id, k, best_turn=best[0], best_category=best[1], best_speedup=best[2])
+            history.append({"turn_idx": turn_idx, "reply": reply.text, "feedback": fb, "category": v.category,
+                            "speedup": v.speedup})
+            self._emit(k, turn_idx, turns, v.category, v.detail, v.speedup, reply, None)
+        fields = dict(status=status, note=note or None, finished_at=time.time())
+        if best:
+            fields.update(best_turn=best[0], best_category=best[1], best_speedup=best[2])
+        store.update_sample(run_id, k, **fields)
+        return SampleResult(k, status, note, *(best or (None, None, None)),
+                            turns=len(store.turns(run_id=run_id, sample_idx=k)))
+
+    def _emit(self, k, turn_idx, turns, category, detail, speedup, reply, error):
+        try:
+            self.on_turn(TurnEvent(self.run_id, k, turn_idx, turns, category, detail or "", speedup, reply.cost_usd,
+                                   reply.total_tokens, error))
+        except Exception:  # noqa: BLE001 - display problems never stop a run
+            pass
+
+
+def run(cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None) -> RunResult:
+    return Run(cfg, on_turn).execute()

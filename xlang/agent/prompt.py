@@ -1,0 +1,193 @@
+"""Prompt assembly (each part from its owner) and code extraction from a model's reply.
+
+Turn 1:  [system, user(task + architecture + language section + architecture docs + reply format)]
+Turn n:  the same two, then for each earlier turn an assistant message (the reply) and a user message (its
+         feedback). Replies older than the last KEEP_FULL_REPLIES are shortened to a one-line stub so the
+         context stays bounded; the latest code is always there in full.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from xlang import resources
+from xlang.task import ENTRY_POINT, format_shape
+
+DOCS_LEVELS = ("none", "params", "templates", "contracts")
+KEEP_FULL_REPLIES = 2
+
+SYSTEM = (
+    "You are an expert GPU kernel engineer. You write correct, fast kernels that use the target architecture's "
+    "own instructions (its tensor-core MMA, its asynchronous copy engines, its barriers) rather than generic code. "
+    "Each of your replies must contain the complete source of one file in a single fenced code block; you may "
+    "reason briefly before it. Your code is compiled for the target, its SASS is inspected for the required "
+    "instruction families, and it is checked against the reference and timed against the vendor library."
+)
+
+
+# ------------------------------------------------------------------------------------------------ parts
+
+
+def task_section(task, shape: dict) -> str:
+    c = task.contract
+    tests = [format_shape(s) for s in task.test_shapes(shape)[1:]]
+    lines = [
+        f"# Task: {task.title} (`{task.name}`)",
+        "",
+        "## PyTorch reference (computed in fp32)",
+        "```python",
+        task.reference_source().rstrip(),
+        "```",
+        "",
+        "## Contract",
+        "The entry point takes the tensors in this order, then the sizes (destination-passing: the harness "
+        "allocates the outputs).",
+        f"- Python languages: `{c.python_signature()}`",
+        f"- CUDA C++: `{c.c_signature()}`",
+        "",
+        c.describe_tensors(),
+        "",
+        c.rules,
+        "",
+        "## Shapes and checks",
+        f"- Timed at the default shape {format_shape(shape)}; correctness is also checked at "
+        f"{'; '.join(tests) if tests else 'no other shape'}.",
+        f"- Tolerance per element (as torch.allclose against the fp32 reference): atol={task.tolerance['atol']}, "
+        f"rtol={task.tolerance['rtol']}.",
+        f"- Baseline: {task.baseline_name}; work at the default shape: {task.flops(shape) / 1e9:.1f} GFLOP.",
+    ]
+    return "\n".join(lines)
+
+
+def arch_section(arch, required: tuple[str, ...]) -> str:
+    from xlang.archs import families
+
+    fams = families()
+    f = arch.figures
+    lines = [
+        f"## Target architecture: {arch.title} (`{arch.sm}`, compute capability {arch.compute_capability / 10:.1f})",
+        f"- {f.get('sms', '?')} SMs, {f.get('smem_per_block_kib', '?')} KiB shared memory per block, "
+        f"{f.get('registers_per_sm', '?')} registers per SM, {f.get('l2_mib', '?')} MiB L2"
+        + (f", {f['tmem_per_sm_kib']} KiB tensor memory per SM" if "tmem_per_sm_kib" in f else "")
+        + f"; peak dense bf16 {f.get('peak_dense_bf16_tflops', '?')} TFLOP/s, {f.get('mem_bandwidth_tbs', '?')} TB/s.",
+        "- Required instruction families (your kernel must contain them in its SASS and execute them at run time):",
+    ]
+    lines += [f"  - `{name}`: {fams[name].doc}" for name in required]
+    return "\n".join(lines)
+
+
+@dataclass
+class DocFile:
+    rel: str  # path relative to arch_docs/<docs>/
+    text: str | None  # None: missing
+
+
+def doc_files(arch, lang: str, level: str) -> list[DocFile]:
+    """The architecture docs for a level: params = params.md; templates = + the language's templates
+    (cuda_ptx: templates/*.cuh; triton / cutedsl: templates/<lang>.md); contracts = + contracts.md."""
+    if level not in DOCS_LEVELS:
+        raise ValueError(f"unknown docs level '{level}' (known: {', '.join(DOCS_LEVELS)})")
+    if level == "none":
+        return []
+    folder = resources.folder("arch_docs") / arch.docs
+    wanted: list[str] = ["params.md"]
+    if level in ("templates", "contracts"):
+        if lang == "cuda_ptx":
+            headers = sorted(p.name for p in (folder / "templates").glob("*.cuh")) if folder.is_dir() else []
+            wanted += [f"templates/{h}" for h in headers] or ["templates/*.cuh"]
+        else:
+            wanted.append(f"templates/{lang}.md")
+    if level == "contracts":
+        wanted.append("contracts.md")
+    out = []
+    for rel in wanted:
+        path = folder / rel
+        out.append(DocFile(rel, path.read_text() if "*" not in rel and path.is_file() else None))
+    return out
+
+
+def docs_section(arch, lang: str, level: str) -> str:
+    if level == "none":
+        return ""
+    files = doc_files(arch, lang, level)
+    lines = [f"## Architecture documentation ({arch.docs}, level '{level}')"]
+    for f in files:
+        if f.text is None:
+            lines.append(f"(Note: arch_docs/{arch.docs}/{f.rel} is not available; this part of the documentation "
+                         "is missing.)")
+            continue
+        lines.append("")
+        if f.rel.endswith(".cuh"):
+            name = Path(f.rel).name
+            lines += [f"### {f.rel} (on the include path: `#include \"{name}\"`)", "```cuda", f.text.rstrip(), "```"]
+        else:
+            lines += [f"### {f.rel}", f.text.rstrip()]
+    return "\n".join(lines)
+
+
+def reply_format(backend) -> str:
+    fence = backend.fences[0] if backend.fences else ""
+    return (f"## Reply\nReply with the complete {backend.title} source file in one ```{fence} code block that "
+            f"defines `{ENTRY_POINT}`. Only the code block is compiled.")
+
+
+def first_prompt(task, arch, backend, shape: dict, required: tuple[str, ...], level: str) -> str:
+    parts = [task_section(task, shape), arch_section(arch, required), backend.prompt_section(task).strip(),
+             docs_section(arch, backend.name, level), reply_format(backend)]
+    return "\n\n".join(p for p in parts if p)
+
+
+def stub_reply(turn_idx: int, category: str | None) -> str:
+    return f"(my reply of turn {turn_idx} is omitted here to save context; it was judged: {category or 'n/a'})"
+
+
+def build_messages(first_user: str, history: list[dict]) -> list[dict]:
+    """history: earlier turns in order, each {turn_idx, reply, feedback, category}."""
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first_user}]
+    for i, h in enumerate(history):
+        keep = i >= len(history) - KEEP_FULL_REPLIES
+        messages.append({"role": "assistant",
+                         "content": (h.get("reply") or "(empty reply)") if keep else stub_reply(h["turn_idx"],
+                                                                                              h.get("category"))})
+        messages.append({"role": "user", "content": h.get("feedback") or ""})
+    return messages
+
+
+# ------------------------------------------------------------------------------------------- extraction
+
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
+
+
+@dataclass
+class Extracted:
+    code: str | None
+    note: str = ""  # why no code was found, for the feedback
+
+
+def extract_code(reply: str | None, backend) -> Extracted:
+    """The candidate in a reply: among fenced blocks in the backend's languages (or untagged), the last one
+    that defines the entry point; else the longest block in the language."""
+    text = reply or ""
+    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    fences = {f.lower() for f in backend.fences}
+    tagged = [code for tag, code in blocks if tag in fences]
+    untagged = [code for tag, code in blocks if not tag]
+    for pool in (tagged, untagged):
+        with_entry = [c for c in pool if ENTRY_POINT in c]
+        if with_entry:
+            return Extracted(with_entry[-1])
+    if tagged:
+        return Extracted(max(tagged, key=len))
+    fence = backend.fences[0] if backend.fences else ""
+    if not text.strip():
+        return Extracted(None, "The reply was empty.")
+    if text.count("```") % 2 == 1:
+        return Extracted(None, "The reply ends inside an unterminated code block (it may have hit the output "
+                               "token limit): keep the reasoning short and the whole file in one closed block.")
+    if blocks:
+        tags = ", ".join(sorted({t or "(untagged)" for t, _ in blocks}))
+        return Extracted(None, f"The reply has code blocks ({tags}) but none in {backend.title} (```{fence}) "
+                               f"defining `{ENTRY_POINT}`.")
+    return Extracted(None, "The reply contains no fenced code block.")
