@@ -364,19 +364,6 @@ def _load(spec: str):
     return getattr(importlib.import_module(module), name)
 
 
-def _eval_options(options: dict):
-    """The JSON options -> the profiler's EvalOptions (keys it does not know, like timeout_s, are the worker's)."""
-    import dataclasses
-
-    from xlang.profiler.evaluate import EvalOptions
-
-    known = {f.name for f in dataclasses.fields(EvalOptions)}
-    kwargs = {k: v for k, v in options.items() if k in known}
-    if isinstance(kwargs.get("require"), list):
-        kwargs["require"] = tuple(kwargs["require"])
-    return EvalOptions(**kwargs)
-
-
 def main(args: list[str]) -> int:
     """In the job's own process: evaluate the candidate and write verdict.json beside job.json."""
     from xlang.archs import get_arch
@@ -387,10 +374,8 @@ def main(args: list[str]) -> int:
     task, arch = get_task(job["task"]), get_arch(job["arch"])
     shape = task.shape(job.get("shape") or None)
     evaluate = _load(job["evaluator"])
-    options = job.get("options") or {}
-    if job["evaluator"] == DEFAULT_EVALUATOR:
-        options = _eval_options(options)
-    verdict = evaluate(job["source"], job["lang"], task, arch, shape, options)
+    # The options travel as JSON; the profiler takes a dict (xlang.profiler.evaluate.coerce_options).
+    verdict = evaluate(job["source"], job["lang"], task, arch, shape, job.get("options") or {})
     data = verdict.to_dict() if isinstance(verdict, Verdict) else dict(verdict)
     tmp = jobdir / "verdict.json.tmp"
     tmp.write_text(json.dumps(data))
