@@ -27,6 +27,10 @@
 //   after the store has finished reading it. The plain path (direct 4-byte global stores from
 //   registers) is kept for comparison: it was 9% behind cuBLAS at the default shape (NOTES.md).
 //
+// * Optional (CLUSTER = 2, off by default): two CTAs on vertically adjacent tiles form a cluster; each
+//   loads half of the shared B tile and multicasts it to both, and a slot is released to a producer
+//   only when the consumers of both CTAs are done with it. Correct, but measured slower (NOTES.md, v3).
+//
 // All PTX used is wrapped in small helpers below; nothing comes from outside headers, so the
 // kernel does not depend on the project's template headers.
 #include <cstdint>
