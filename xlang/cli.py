@@ -116,6 +116,8 @@ def build_command(
 
 from xlang.agent import commands as _agent_commands
 _agent_commands.register(app)
+from xlang import compare_commands as _compare_commands  # noqa: E402
+_compare_commands.register(app)
 
 
 def main() -> None:
