@@ -153,8 +153,10 @@ def write_report(ds: Dataset, out: Path, title: str | None = None) -> Report:
     banners = tables.runtime_banners(ds)
     stats = t["main"]
     done = ds.runs[ds.runs["status"] == "done"] if not ds.empty else ds.runs
+    n_missing = int((ds.runs["status"] == "missing").sum()) if not ds.empty else 0
     summary = [
-        ("sample runs finished", f"{len(done)}/{len(ds.runs)}"),
+        ("sample runs finished" + (f" ({n_missing} more missing)" if n_missing else ""),
+         f"{len(done)}/{len(ds.runs) - n_missing}"),
         ("candidates evaluated", str(len(ds.turns))),
         ("cells (task × arch × lang)", str(len(stats))),
         ("cells with runtime results", str(int(stats["runtime_ran"].sum())) if len(stats) else "0"),
