@@ -368,3 +368,21 @@ def test_pluggable_runtime_reaches_ok(tmp_path):
         t = store.turns(run_id="ok")
         assert t[0]["speedup"] == 0.8 and t[0]["verdict"]["build"]["ok"] is True
         assert "600 TFLOP/s" in t[0]["feedback"] and "faster" in t[0]["feedback"]
+
+
+def test_trajectory_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from xlang.cli import app
+
+    SCRIPTS["show"] = lambda turn, m: "no code, turn %d" % turn
+    db = tmp_path / "r.db"
+    run(RunConfig(task="gemm", lang="triton", arch="h100", model="xlangtest/show", turns=2, profiler="none",
+                  store=str(db), run_id="show"))
+    runner = CliRunner()
+    out = runner.invoke(app, ["trajectory", "--store", str(db)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and "show" in out.output
+    out = runner.invoke(app, ["trajectory", "show", "--store", str(db)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0 and out.output.count("no_code") == 2
+    out = runner.invoke(app, ["trajectory", "show", "--store", str(db), "--turn", "2", "--show", "prompt"])
+    assert out.exit_code == 0 and "no code, turn 1" in out.output

@@ -11,6 +11,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
+    app.command("trajectory")(trajectory_command)
 
 
 def run_command(
@@ -72,3 +73,57 @@ def run_command(
                   f"status {result.status}", highlight=False)
     if result.status == "error":
         raise typer.Exit(1)
+
+
+def trajectory_command(
+    run_id: Optional[str] = typer.Argument(None, help="a run id (default: list the runs)"),
+    store: str = typer.Option(None, help="results database (default: xlang-runs/xlang.db or $XLANG_STORE)"),
+    sample: Optional[int] = typer.Option(None, help="only this sample"),
+    turn: Optional[int] = typer.Option(None, help="print one turn's --show part in full"),
+    show: str = typer.Option("feedback", help="with --turn: prompt | reply | code | feedback | verdict | build"),
+):
+    """Show stored runs, a run's turns, or one turn's exact prompt, reply, code, feedback or verdict."""
+    import json
+    import os
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from xlang.errors import XlangError
+    from xlang.store import DEFAULT_PATH, Store
+
+    path = store or os.environ.get("XLANG_STORE") or DEFAULT_PATH
+    if not Path(path).is_file():
+        raise XlangError(f"no results database at {path}")
+    console = Console()
+    with Store(path) as db:
+        if run_id is None:
+            table = Table(title=str(path))
+            for col in ("run", "task", "lang", "arch", "model", "docs", "samples", "status", "cost $"):
+                table.add_column(col)
+            for r in db.runs():
+                table.add_row(r["run_id"], r["task"], r["lang"], r["arch"], r["model"], r["docs_level"] or "",
+                              str(r["samples"]), r["status"], f"{r['cost_usd']:.4f}")
+            console.print(table)
+            return
+        if db.run(run_id) is None:
+            raise XlangError(f"no run '{run_id}' in {path}")
+        turns = db.turns(run_id=run_id, sample_idx=sample)
+        if turn is not None:
+            part = {"prompt": "messages"}.get(show, show)
+            for t in (t for t in turns if t["turn_idx"] == turn):
+                value = t.get(part)
+                print(f"--- sample {t['sample_idx']} turn {turn}: {show}")
+                print(value if isinstance(value, str) else json.dumps(value, indent=1, default=str))
+            return
+        table = Table(title=f"run {run_id}")
+        for col in ("sample", "turn", "category", "speedup", "tokens", "cost $", "llm s", "build s", "detail"):
+            table.add_column(col)
+        for t in turns:
+            detail = ((t["verdict"] or {}).get("detail") or t["error"] or "").strip().splitlines()
+            table.add_row(str(t["sample_idx"]), str(t["turn_idx"]), t["category"] or "error",
+                          f"{t['speedup']:.3g}" if t["speedup"] else "-", str(t["total_tokens"] or 0),
+                          f"{t['cost_usd']:.4f}", f"{t['llm_seconds'] or 0:.1f}", f"{t['build_seconds'] or 0:.1f}",
+                          detail[0][:70] if detail else "")
+        console.print(table)

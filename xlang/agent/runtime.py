@@ -85,6 +85,8 @@ def _local_runtime(spec: str, arch) -> Runtime:
         return Runtime("local", False, f"not run (the profiler xlang.profiler.evaluate is not available: {e})")
 
     def run(source, build, lang, task, arch_, shape, options):
+        # The evaluation's files go beside the turn's build (a remote worker keeps its own).
+        options.setdefault("workdir", str(Path(build.workdir) / "eval"))
         return evaluate(build, lang, task, arch_, shape, options)
 
     return Runtime("local", True, evaluate=run, info={"gpus": gpus})
