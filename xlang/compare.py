@@ -108,6 +108,8 @@ def validate(cfg: CompareConfig) -> CompareConfig:
         raise XlangError("--langs needs at least one language (e.g. --langs triton,cuda_ptx)")
     if cfg.turns < 1 or cfg.samples < 1:
         raise XlangError("--turns and --samples must be at least 1")
+    # Absolute: the agent loop puts build folders beside the store, and builds run in child processes.
+    cfg.store = str(Path(cfg.store).expanduser().resolve())
     cfg.archs = [get_arch(a).name for a in dict.fromkeys(cfg.archs)]
     cfg.langs = list(dict.fromkeys(cfg.langs))
     for lang in cfg.langs:
