@@ -143,3 +143,18 @@ def test_sigkill_loses_nothing_committed(tmp_path):
         # A resumed writer adds after them without duplicating anything.
         assert not store.add_turn("r", 0, 30, messages=[])
         assert store.add_turn("r", 0, 31, messages=[])
+
+
+def test_readonly_reader_and_light_turns(tmp_path):
+    db = tmp_path / "x.db"
+    with Store(db) as store:
+        _run(store)
+        store.start_sample("r1", 0)
+        store.add_turn("r1", 0, 1, messages=[{"role": "user", "content": "big"}], reply="r")
+    with Store(db, readonly=True) as reader:
+        t = reader.turns(run_id="r1", messages=False)[0]
+        assert "messages" not in t and t["reply"] == "r" and t["task"] == "gemm"
+        with pytest.raises(sqlite3.OperationalError):
+            reader.add_turn("r1", 0, 2, messages=[])
+    with pytest.raises(FileNotFoundError):
+        Store(tmp_path / "none.db", readonly=True)

@@ -148,11 +148,18 @@ class Store:
         store.turns(run_id=run_id)      # list of dicts, JSON columns decoded (messages, build, verdict, ...)
     """
 
-    def __init__(self, path: str | os.PathLike = DEFAULT_PATH):
+    def __init__(self, path: str | os.PathLike = DEFAULT_PATH, readonly: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._depth = 0
+        if readonly:  # a reader that never writes (not even the schema); the file must exist
+            if not self.path.is_file():
+                raise FileNotFoundError(f"no results database at {self.path}")
+            self._conn = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True, timeout=60,
+                                         isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA busy_timeout=60000")
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
@@ -281,13 +288,20 @@ class Store:
             (run_id, sample_idx, turn_idx, time.time(), *[values[c] for c in _TURN_COLUMNS]))
         return cur.rowcount == 1
 
-    def turns(self, run_id: str | None = None, sample_idx: int | None = None, **where) -> list[dict]:
+    def turns(self, run_id: str | None = None, sample_idx: int | None = None, *, messages: bool = True,
+              **where) -> list[dict]:
         """Turns (with their run's task, lang, arch, run_model, source, docs_level, profiler), in order.
-        Filters: run_id, sample_idx, task, lang, arch, run_model, category, source."""
+        Filters: run_id, sample_idx, turn_idx, task, lang, arch, run_model, category, source, docs_level.
+        messages=False leaves out the prompts (the bulk of the data) for a lighter read."""
         where = {"run_id": run_id, "sample_idx": sample_idx, **where}
         sql, params = _where(where, ("run_id", "sample_idx", "turn_idx", "task", "lang", "arch", "run_model",
                                      "category", "source", "docs_level"))
-        return self._query(f"SELECT * FROM turn_view{sql} ORDER BY run_id, sample_idx, turn_idx", params)
+        cols = "*" if messages else ", ".join(c for c in self._turn_view_columns() if c != "messages_json")
+        return self._query(f"SELECT {cols} FROM turn_view{sql} ORDER BY run_id, sample_idx, turn_idx", params)
+
+    def _turn_view_columns(self) -> list[str]:
+        with self._lock:
+            return [r[1] for r in self._conn.execute("PRAGMA table_info(turn_view)")]
 
     def run_cost(self, run_id: str) -> float:
         with self._lock:

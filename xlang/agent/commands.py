@@ -97,7 +97,7 @@ def trajectory_command(
     if not Path(path).is_file():
         raise XlangError(f"no results database at {path}")
     console = Console()
-    with Store(path) as db:
+    with Store(path, readonly=True) as db:
         if run_id is None:
             table = Table(title=str(path))
             for col in ("run", "task", "lang", "arch", "model", "docs", "samples", "status", "cost $"):

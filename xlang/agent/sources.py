@@ -93,7 +93,7 @@ class ReplaySource(Source):
         if not db or not Path(db).is_file():
             raise XlangError(f"replay: no such results database '{db}'")
         self.label = spec
-        store = Store(db)
+        store = Store(db, readonly=True)
         try:
             if run_id:
                 run = store.run(run_id)
