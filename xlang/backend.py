@@ -131,7 +131,8 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
     """Compile a candidate for arch (no GPU needed) and take its static census."""
     backend = get_backend(lang)
     shape = shape or task.shape()
-    workdir = Path(workdir or tempfile.mkdtemp(prefix=f"xlang-{lang}-{arch.name}-"))
+    # Absolute: the build children run with their own working directory.
+    workdir = Path(workdir or tempfile.mkdtemp(prefix=f"xlang-{lang}-{arch.name}-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     source_text = Path(source).read_text() if isinstance(source, Path) else source
     source_path = workdir / f"candidate{backend.suffix}"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from xlang.errors import XlangError
 
-DEFAULT_STORE = "xlang-runs/results.db"
+from xlang.store import DEFAULT_PATH as DEFAULT_STORE  # one default for every command
 STORE_ENV = "XLANG_STORE"
 
 

@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-DEFAULT_PATH = "xlang-runs/xlang.db"
+DEFAULT_PATH = "xlang-runs/results.db"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

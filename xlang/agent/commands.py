@@ -25,7 +25,7 @@ def run_command(
     samples: int = typer.Option(1, help="independent trajectories"),
     docs: str = typer.Option("contracts", help="architecture docs level: none | params | templates | contracts"),
     profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
-    store: str = typer.Option(None, help="results database (default: xlang-runs/xlang.db or $XLANG_STORE)"),
+    store: str = typer.Option(None, help="results database (default: xlang-runs/results.db or $XLANG_STORE)"),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="stop starting LLM calls past this many USD"),
     concurrency: int = typer.Option(4, help="samples run at the same time"),
     stop_on_ok: bool = typer.Option(False, "--stop-on-ok", help="end a sample at its first ok (or static_ok)"),
@@ -77,7 +77,7 @@ def run_command(
 
 def trajectory_command(
     run_id: Optional[str] = typer.Argument(None, help="a run id (default: list the runs)"),
-    store: str = typer.Option(None, help="results database (default: xlang-runs/xlang.db or $XLANG_STORE)"),
+    store: str = typer.Option(None, help="results database (default: xlang-runs/results.db or $XLANG_STORE)"),
     sample: Optional[int] = typer.Option(None, help="only this sample"),
     turn: Optional[int] = typer.Option(None, help="print one turn's --show part in full"),
     show: str = typer.Option("feedback", help="with --turn: prompt | reply | code | feedback | verdict | build"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from xlang.errors import XlangError
 from xlang.report.data import Dataset, from_records
 
-DEFAULT_STORE = "xlang-runs/results.db"
+from xlang.store import DEFAULT_PATH as DEFAULT_STORE  # one default for every command
 
 
 def sample_id(run_id: str, sample_idx: int) -> str:
