@@ -118,6 +118,8 @@ from xlang.agent import commands as _agent_commands
 _agent_commands.register(app)
 from xlang import compare_commands as _compare_commands  # noqa: E402
 _compare_commands.register(app)
+from xlang.profiler import commands as _profiler_commands
+_profiler_commands.register(app)
 
 
 def main() -> None:

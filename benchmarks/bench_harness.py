@@ -1,0 +1,110 @@
+"""Measure the profiler itself on the GPU machine (issue 3, item 7).
+
+  PYTHONPATH=. python3 benchmarks/bench_harness.py [--candidate tests/kernels/triton/gemm_tma.py --lang triton]
+      [--full 3] [--light 5] [--json OUT.json]
+
+Reports: seconds per candidate for the full verdict (correctness + timing + memcheck + ncu) and without
+ncu/memcheck; the max/min spread of the candidate's median time over the separate light evaluations
+(goal <= 2%); our cuBLAS figure against triton.testing.do_bench on the same shape (goal within 2%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def do_bench_cublas(shape: dict, seed: int = 1) -> float:
+    """triton.testing.do_bench median (ms) of the task's own baseline callable, in this process."""
+    import torch
+    import triton
+
+    from xlang.task import get_task
+
+    task = get_task("gemm")
+    inputs = task.make_inputs(shape, seed, "cuda")
+    fn = task.baseline(inputs, shape)
+    ms = triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
+    del inputs
+    torch.cuda.empty_cache()
+    return ms
+
+
+def main() -> int:
+    from xlang.archs import get_arch
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+    from xlang.profiler.gpu import arch_for_gpu, gpus
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--candidate", default=str(ROOT / "tests/kernels/triton/gemm_tma.py"))
+    p.add_argument("--lang", default="triton")
+    p.add_argument("--full", type=int, default=3)
+    p.add_argument("--light", type=int, default=5)
+    p.add_argument("--json", default=None)
+    args = p.parse_args()
+    present = gpus()
+    if not present:
+        print("no GPU: nothing to measure")
+        return 1
+    arch = arch_for_gpu(present[0]) or get_arch("h200")
+    cand = Path(args.candidate)
+    rows = {"full": [], "light": []}
+    for kind, n in (("light", args.light), ("full", args.full)):
+        for i in range(n):
+            opts = EvalOptions(memcheck=kind == "full", ncu=kind == "full", seed=1000 + i,
+                               label=f"bench-{kind}-{i}")
+            t0 = time.monotonic()
+            v = evaluate(cand, args.lang, "gemm", arch, None, opts)
+            secs = time.monotonic() - t0
+            t = v.timing or {}
+            row = {"seconds": secs, "category": v.category, "candidate_ms": t.get("candidate_ms"),
+                   "baseline_ms": t.get("baseline_ms"), "speedup": t.get("speedup"),
+                   "cand_spread_pct": (t.get("candidate") or {}).get("spread_pct"),
+                   "stages": v.fingerprint.get("stage_seconds")}
+            rows[kind].append(row)
+            print(f"{kind} {i}: {v.category} {secs:.1f} s  cand {row['candidate_ms']} ms  base {row['baseline_ms']} ms  "
+                  f"stages {row['stages']}", flush=True)
+    shape = v.shape
+    dob = do_bench_cublas(shape)
+
+    def med(key, kind):
+        xs = [r[key] for r in rows[kind] if r[key] is not None]
+        return statistics.median(xs) if xs else None
+
+    cands = [r["candidate_ms"] for r in rows["light"] if r["candidate_ms"]]
+    bases = [r["baseline_ms"] for r in rows["light"] if r["baseline_ms"]]
+    summary = {
+        "candidate": str(cand.relative_to(ROOT)) if cand.is_relative_to(ROOT) else str(cand), "lang": args.lang,
+        "shape": shape, "gpu": present[0].get("name"),
+        "full_verdict_s_median": med("seconds", "full"), "full_verdict_s_all": [r["seconds"] for r in rows["full"]],
+        "light_verdict_s_median": med("seconds", "light"),
+        "candidate_ms_over_evals": cands,
+        "candidate_spread_maxmin_pct": (max(cands) / min(cands) - 1) * 100 if cands else None,
+        "baseline_ms_over_evals": bases,
+        "baseline_spread_maxmin_pct": (max(bases) / min(bases) - 1) * 100 if bases else None,
+        "speedup_over_evals": [r["speedup"] for r in rows["light"] if r["speedup"]],
+        "cublas_ours_ms": statistics.median(bases) if bases else None,
+        "cublas_do_bench_ms": dob,
+        "cublas_ours_vs_do_bench_pct": (statistics.median(bases) / dob - 1) * 100 if bases else None,
+        "rows": rows,
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
+    goals = [("full verdict <= 15 s", (summary["full_verdict_s_median"] or 1e9) <= 15),
+             ("spread <= 2%", (summary["candidate_spread_maxmin_pct"] or 1e9) <= 2),
+             ("cuBLAS within 2% of do_bench", abs(summary["cublas_ours_vs_do_bench_pct"] or 1e9) <= 2)]
+    for name, ok in goals:
+        print(f"{'MET ' if ok else 'MISS'} {name}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The profiler on a real Hopper GPU (marked gpu: skipped where none answers). Each candidate gets its
+category: the correct Triton and cuda_ptx GEMMs ok (HGMMA and UTMALDG executed, a speedup), and each
+deliberately broken one its own failure."""
+
+from pathlib import Path
+
+import pytest
+
+from xlang import verdict as V
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "tests" / "kernels"
+BAD = KERNELS / "bad"
+SMALL = {"M": 2048, "N": 2048, "K": 1024}
+
+pytestmark = pytest.mark.gpu
+
+
+def _arch():
+    from xlang.archs import get_arch
+    from xlang.profiler.gpu import arch_for_gpu, gpus
+
+    for g in gpus():
+        if g["compute_capability"] == 90:
+            return arch_for_gpu(g)
+    pytest.skip("needs a Hopper (sm_90) GPU")
+
+
+def _eval(path: Path, lang: str, shape=None, **opts):
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+
+    options = EvalOptions(label=f"{lang}-{path.stem}", **opts)
+    v = evaluate(path, lang, "gemm", _arch(), shape, options)
+    print(f"\n{path.name}: {v.category}: {v.detail[:600]}")
+    return v
+
+
+def _assert_ok_with_tc(v):
+    assert v.category == V.OK, v.detail
+    fams = v.executed["families"]
+    assert fams["wgmma"] > 0 and fams["tma"] > 0, fams
+    assert v.timing["speedup"] and v.timing["speedup"] > 0
+    assert v.correctness["passed"] and len(v.correctness["shapes"]) >= 2
+    assert v.memcheck["ran"] and v.memcheck["errors"] == 0
+    fp = v.fingerprint
+    for key in ("gpu", "torch", "cuda_runtime", "triton", "seed", "shapes", "harness_version"):
+        assert fp.get(key), key
+
+
+def test_triton_gemm_ok_full_verdict():
+    _assert_ok_with_tc(_eval(KERNELS / "triton" / "gemm_tma.py", "triton"))
+
+
+def test_cuda_ptx_gemm_ok_full_verdict():
+    path = KERNELS / "cuda_ptx" / "gemm_tile_hopper.cu"
+    if not path.is_file():
+        pytest.skip("tests/kernels/cuda_ptx/gemm_tile_hopper.cu not present")
+    _assert_ok_with_tc(_eval(path, "cuda_ptx"))
+
+
+@pytest.mark.parametrize("name, expect", [("off_by_one.py", "first at C[0, 0]"), ("partial_c.py", "NaN"),
+                                          ("mutates_input.py", "input A was modified")])
+def test_incorrect_candidates(name, expect):
+    v = _eval(BAD / name, "triton", SMALL, memcheck=False, ncu=False, timing=False)
+    assert v.category == V.INCORRECT, v.detail
+    assert expect in v.detail
+
+
+def test_out_of_bounds_read_is_memory_error():
+    v = _eval(BAD / "oob_read.py", "triton", SMALL, ncu=False, timing=False)
+    assert v.category == V.MEMORY_ERROR, v.detail
+    assert v.memcheck["errors"] > 0
+
+
+def test_dead_branch_wgmma_is_not_executed():
+    v = _eval(BAD / "dead_branch.py", "triton", SMALL, memcheck=False, timing=False)
+    assert v.category == V.NOT_EXECUTED, v.detail
+    assert v.build["census"]["families"]["wgmma"] > 0  # the static census was fooled
+    assert v.executed["families"]["wgmma"] == 0
+
+
+def test_cuda_dead_wgmma_kernel_is_not_executed():
+    path = KERNELS / "cuda_ptx" / "gemm_dead_wgmma.cu"
+    if not path.is_file():
+        pytest.skip("tests/kernels/cuda_ptx/gemm_dead_wgmma.cu not present")
+    v = _eval(path, "cuda_ptx", SMALL, memcheck=False, timing=False)
+    assert v.category == V.NOT_EXECUTED, v.detail
+    assert v.executed["families"]["wgmma"] == 0
+
+
+def test_runtime_cublas_is_forbidden():
+    v = _eval(BAD / "runtime_matmul.py", "triton", SMALL, memcheck=False, timing=False)
+    assert v.category == V.FORBIDDEN_CALL, v.detail
+    assert v.executed["forbidden_kernels"]
+
+
+def test_hang_is_timeout_and_next_candidate_runs():
+    v = _eval(BAD / "hang.py", "triton", SMALL, memcheck=False, ncu=False, check_timeout_s=45)
+    assert v.category == V.TIMEOUT, v.detail
+    # The GPU is healthy afterwards: the next candidate is judged normally.
+    v2 = _eval(KERNELS / "triton" / "gemm_tma.py", "triton", SMALL, memcheck=False, ncu=False)
+    assert v2.category == V.OK, v2.detail

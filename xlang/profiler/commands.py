@@ -1,0 +1,115 @@
+"""`xlang eval`: the profiler's command. Light at import time: evaluate() and its workers load on use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from xlang.errors import XlangError
+
+console = Console()
+
+_STYLE = {"ok": "green", "static_ok": "cyan"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)
+
+
+def eval_command(
+    file: Path = typer.Argument(..., help="candidate source file"),
+    lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
+    task: str = typer.Option(..., "--task", "-t"),
+    arch: str = typer.Option("auto", "--arch", "-a", help="h100 | h200 | b200 | auto (the GPU present)"),
+    shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
+    require: Optional[str] = typer.Option(None, help="required families, comma-separated (default: the task's)"),
+    as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
+    no_memcheck: bool = typer.Option(False, "--no-memcheck", help="skip compute-sanitizer memcheck"),
+    no_ncu: bool = typer.Option(False, "--no-ncu", help="skip Nsight Compute (instructions not verified)"),
+    no_timing: bool = typer.Option(False, "--no-timing", help="skip timing"),
+    trials: int = typer.Option(3, help="correctness trials per shape (fresh seeded inputs each)"),
+    seed: Optional[int] = typer.Option(None, help="base seed (default: random, recorded in the verdict)"),
+    timeout: float = typer.Option(300.0, help="wall-clock limit of each worker stage, seconds"),
+    workdir: Optional[Path] = typer.Option(None, help="keep the build, logs and tool outputs here"),
+):
+    """Judge a candidate on the GPU: build, correctness, memcheck, executed instructions (ncu), speed vs vendor."""
+    from xlang.archs import get_arch, parse_required
+    from xlang.backend import get_backend
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+    from xlang.task import get_task, parse_shape
+
+    if not file.is_file():
+        raise XlangError(f"no such file: {file}")
+    if trials < 1:
+        raise XlangError("--trials must be at least 1")
+    get_backend(lang)
+    task_obj = get_task(task)
+    if arch == "auto":
+        from xlang.profiler.gpu import auto_arch
+
+        arch_obj = auto_arch()
+    else:
+        arch_obj = get_arch(arch)
+    shape_obj = task_obj.shape(parse_shape(shape))
+    required = parse_required(arch_obj, require, task_obj.required_for(arch_obj))
+    options = EvalOptions(memcheck=not no_memcheck, ncu=not no_ncu, timing=not no_timing, trials=trials, seed=seed,
+                          require=required, check_timeout_s=timeout, memcheck_timeout_s=timeout,
+                          ncu_timeout_s=timeout, workdir=workdir, label=file.stem)
+    v = evaluate(file, lang, task_obj, arch_obj, shape_obj, options)
+    if as_json:
+        print(json.dumps(v.to_dict(), indent=1, default=str))
+    else:
+        print_verdict(v)
+    if v.category not in ("ok", "static_ok"):
+        raise typer.Exit(1)
+
+
+def print_verdict(v) -> None:
+    style = _STYLE.get(v.category, "red")
+    shape = ",".join(f"{k}={n}" for k, n in v.shape.items())
+    console.print(f"[bold {style}]{v.category}[/bold {style}]  {v.lang} · {v.task} · {v.arch} · {shape}")
+    console.print(v.detail, highlight=False, markup=False)
+    if v.runtime_note:
+        console.print(f"[dim]{v.runtime_note}[/dim]")
+    e = v.executed or {}
+    if e.get("kernels"):
+        fams = [f for f in e["families"] if e["families"][f] or f in e.get("required", [])]
+        table = Table(title="executed at run time (Nsight Compute, predicated-on threads)")
+        table.add_column("kernel")
+        table.add_column("own")
+        for f in fams:
+            table.add_column(f + ("*" if f in e.get("required", []) else ""), justify="right")
+        for k in e["kernels"]:
+            name = k["name"] if len(k["name"]) <= 60 else k["name"][:57] + "..."
+            own = "yes" if k["candidate"] else ("[red]FORBIDDEN[/red]" if k.get("forbidden") else "no")
+            table.add_row(name, own, *[f"{k['families'].get(f, 0):,.0f}" for f in fams])
+        console.print(table)
+    t = v.timing or {}
+    if t.get("candidate"):
+        table = Table(title=f"timing ({t['method']}, L2 flushed, shape {','.join(f'{a}={b}' for a, b in t['shape'].items())})")
+        for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s"):
+            table.add_column(col, justify="right")
+        for label, key, tf in (("candidate", "candidate", t.get("tflops")),
+                               (t.get("baseline_name", "baseline"), "baseline", t.get("baseline_tflops"))):
+            s = t[key]
+            table.add_row(label, f"{s['median_ms']:.4f}", f"{s['q20_ms']:.4f}-{s['q80_ms']:.4f}", f"{s['spread_pct']:.2f}",
+                          str(s["reps"]), f"{tf:.1f}" if tf else "-")
+        console.print(table)
+        flag = "  [red]beyond roofline (suspicious)[/red]" if t.get("beyond_roofline") else ""
+        if t.get("side_stream_suspect"):
+            flag += "  [yellow]work outside the harness stream: timed by wall clock[/yellow]"
+        console.print(f"speedup {t['speedup']:.3f}x vs {t.get('baseline_name')}{flag}")
+    m = v.memcheck or {}
+    if m:
+        console.print(f"memcheck: {m.get('summary') or ('clean' if m.get('ran') and not m.get('errors') else m.get('note', ''))}",
+                      highlight=False, markup=False)
+    fp = v.fingerprint or {}
+    g = fp.get("gpu") or {}
+    console.print(f"[dim]{g.get('name', '')} driver {g.get('driver', '')} SM {g.get('sm_clock_mhz', '?')} MHz · "
+                  f"torch {fp.get('torch', '-')} CUDA {fp.get('cuda_runtime', '-')} triton {fp.get('triton', '-')} · "
+                  f"seed {fp.get('seed')} · harness {fp.get('harness_version')} · {fp.get('seconds')} s[/dim]")

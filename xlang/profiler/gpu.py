@@ -1,0 +1,152 @@
+"""The GPUs present, seen from the parent process through NVML (nvidia-ml-py) or nvidia-smi.
+
+Never imports torch: the parent must stay light and must not hold a CUDA context while workers run.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+
+from xlang.errors import XlangError
+
+
+@functools.cache
+def gpus() -> tuple[dict, ...]:
+    """One dict per visible NVIDIA GPU: index, name, compute_capability (e.g. 90), driver, clocks, memory."""
+    found = _from_nvml()
+    if found is None:
+        found = _from_nvidia_smi()
+    return tuple(found or ())
+
+
+def _from_nvml() -> list[dict] | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver / no GPU: NVML says so with its own exception types
+        return []
+    try:
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        try:
+            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+            cuda_driver = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except Exception:  # noqa: BLE001
+            cuda_driver = None
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            info = {"index": i, "name": _text(pynvml.nvmlDeviceGetName(h)), "compute_capability": major * 10 + minor,
+                    "driver": driver, "cuda_driver": cuda_driver}
+            info.update(_nvml_clocks(pynvml, h))
+            try:
+                info["memory_mib"] = pynvml.nvmlDeviceGetMemoryInfo(h).total >> 20
+            except Exception:  # noqa: BLE001
+                pass
+            out.append(info)
+        return out
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _nvml_clocks(pynvml, handle) -> dict:
+    out = {}
+    for key, fn, kind in (
+        ("sm_clock_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_SM),
+        ("mem_clock_mhz", pynvml.nvmlDeviceGetClockInfo, pynvml.NVML_CLOCK_MEM),
+        ("max_sm_clock_mhz", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_SM),
+        ("max_mem_clock_mhz", pynvml.nvmlDeviceGetMaxClockInfo, pynvml.NVML_CLOCK_MEM),
+    ):
+        try:
+            out[key] = fn(handle, kind)
+        except Exception:  # noqa: BLE001
+            pass
+    for key, fn in (("temperature_c", lambda h: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
+                    ("power_limit_w", lambda h: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)):
+        try:
+            out[key] = fn(handle)
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _from_nvidia_smi() -> list[dict] | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    fields = "index,name,compute_cap,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total"
+    try:
+        proc = subprocess.run([smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    return parse_nvidia_smi(proc.stdout)
+
+
+def parse_nvidia_smi(text: str) -> list[dict]:
+    """`nvidia-smi --query-gpu=index,name,compute_cap,driver_version,clocks...,memory.total --format=csv,noheader,nounits`."""
+    out = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or not re.fullmatch(r"\d+\.\d+", parts[2]):
+            continue
+        major, minor = parts[2].split(".")
+        info = {"index": int(parts[0]), "name": parts[1], "compute_capability": int(major) * 10 + int(minor),
+                "driver": parts[3]}
+        for key, value in zip(("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "max_mem_clock_mhz",
+                               "memory_mib"), parts[4:]):
+            if value.isdigit():
+                info[key] = int(value)
+        out.append(info)
+    return out
+
+
+def find_gpu(arch) -> dict | None:
+    """The first GPU whose compute capability is the architecture's (sm_90a runs on any 9.0 part)."""
+    for g in gpus():
+        if g["compute_capability"] == arch.compute_capability:
+            return g
+    return None
+
+
+def arch_for_gpu(gpu: dict):
+    """The registered architecture that best names this GPU (H200 -> h200), by compute capability and name."""
+    from xlang.archs import archs
+
+    same_cc = [a for a in archs().values() if a.compute_capability == gpu["compute_capability"]]
+    if not same_cc:
+        return None
+    name = gpu["name"].lower().replace(" ", "")
+    for a in same_cc:
+        if a.name in name:
+            return a
+    return same_cc[0]
+
+
+def auto_arch():
+    """`--arch auto`: the architecture of the first GPU present; one clear error when there is none."""
+    present = gpus()
+    if not present:
+        raise XlangError("--arch auto: no NVIDIA GPU found here; name an architecture (h100, h200, b200) "
+                         "to build and take the static census without running")
+    for g in present:
+        arch = arch_for_gpu(g)
+        if arch is not None:
+            return arch
+    names = ", ".join(f"{g['name']} (sm_{g['compute_capability']})" for g in present)
+    raise XlangError(f"--arch auto: no registered architecture matches the GPU(s) present: {names}")
