@@ -42,6 +42,6 @@ def _link(name: str) -> None:
 def import_module(dotted: str):
     """Import e.g. 'tasks.gemm' as xlang.tasks.gemm, from wherever the folders are."""
     top = dotted.split(".", 1)[0]
-    if root() != PACKAGE_DIR:
+    if top in RESOURCE_FOLDERS and root() != PACKAGE_DIR:
         _link(top)
     return importlib.import_module(f"xlang.{dotted}")
