@@ -3,8 +3,8 @@
   <litellm model>     any litellm model string (openai/..., anthropic/..., hosted_vllm/..., ollama/...)
   reference           the expert solution tasks/<task>/solutions/<lang>[_<generation>]<suffix>: one turn, no LLM;
                       a missing solution makes the sample 'missing' (no turn), not a failure
-  replay:DB[#RUN]     the replies of a stored run (the newest run of this task and language in DB when RUN is
-                      not given), replayed turn for turn so frozen candidates are judged again
+  replay:DB[#RUN]     the replies of a stored run (when RUN is not given, the newest run of this task and
+                      language on this architecture, else on any architecture), replayed turn for turn so frozen candidates are judged again
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ReferenceSource(Source):
 class ReplaySource(Source):
     kind = "replay"
 
-    def __init__(self, spec: str, task, lang: str):
+    def __init__(self, spec: str, task, lang: str, arch=None):
         from xlang.store import Store
 
         body = spec.removeprefix("replay:")
@@ -100,7 +100,8 @@ class ReplaySource(Source):
                 if run is None:
                     raise XlangError(f"replay: no run '{run_id}' in {db}")
             else:
-                runs = store.runs(task=task.name, lang=lang)
+                runs = (arch and store.runs(task=task.name, lang=lang, arch=arch.name)) or \
+                    store.runs(task=task.name, lang=lang)
                 if not runs:
                     raise XlangError(f"replay: no run of task {task.name} in {lang} in {db}")
                 run = runs[-1]
@@ -149,5 +150,5 @@ def make_source(model: str, task, lang: str, arch, backend, sampling: dict) -> S
     if model == "reference":
         return ReferenceSource(task, lang, arch, backend)
     if model.startswith("replay:"):
-        return ReplaySource(model, task, lang)
+        return ReplaySource(model, task, lang, arch)
     return LLMSource(model, sampling)
