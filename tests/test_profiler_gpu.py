@@ -17,7 +17,6 @@ pytestmark = pytest.mark.gpu
 
 
 def _arch():
-    from xlang.archs import get_arch
     from xlang.profiler.gpu import arch_for_gpu, gpus
 
     for g in gpus():

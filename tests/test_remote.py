@@ -17,7 +17,7 @@ from xlang.errors import XlangError
 from xlang.remote import RemoteProfiler, Worker, make_server
 
 TESTS = Path(__file__).resolve().parent
-H200 = {"index": 0, "name": "Fake H200", "compute_cap": "9.0"}
+H200 = {"index": 0, "name": "Fake H200", "compute_capability": 90}
 
 
 @pytest.fixture

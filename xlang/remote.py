@@ -7,7 +7,7 @@ JOBDIR`), which calls the profiler's evaluate(); the jobs wait in one queue and 
 time. The server binds to loopback by default; bound anywhere else it requires a bearer token.
 
 API (JSON bodies; `Authorization: Bearer TOKEN` when the worker has a token):
-  GET  /v1/health            -> {api, gpus: [{index, name, compute_cap}], archs: [...], queued, running}
+  GET  /v1/health            -> {api, gpus: [{index, name, compute_capability, ...}], archs: [...], queued, running}
   POST /v1/jobs              {source, lang, task, arch, shape?, options?} -> 202 {id, position}
   GET  /v1/jobs/ID?wait=S    -> {id, state: queued|running|done, verdict?}  (waits up to S s for 'done')
 """
@@ -18,7 +18,6 @@ import hmac
 import ipaddress
 import json
 import os
-import queue
 import secrets
 import shutil
 import subprocess
@@ -35,6 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from xlang.errors import XlangError
+from xlang.profiler.gpu import gpus as local_gpus
+from xlang.profiler.gpu import gpus_for
 from xlang.verdict import RUNTIME_ERROR, TIMEOUT, Verdict
 
 API = "xlang-worker/1"
@@ -49,40 +50,6 @@ KEEP_DONE = 2000  # finished jobs remembered for their clients
 
 
 # ----------------------------------------------------------------------------------------------- GPUs
-
-
-def local_gpus() -> list[dict]:
-    """The GPUs on this machine as nvidia-smi lists them ([] with no driver). No torch import."""
-    fake = os.environ.get("XLANG_FAKE_GPUS")  # tests: a JSON list of {index, name, compute_cap}
-    if fake is not None:
-        return json.loads(fake)
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        proc = subprocess.run([exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if proc.returncode != 0:
-        return []
-    gpus = []
-    for line in proc.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            gpus.append({"index": int(parts[0]), "name": parts[1], "compute_cap": parts[2]})
-    return gpus
-
-
-def _cc(gpu: dict) -> int:
-    """'9.0' -> 90, '10.0' -> 100."""
-    major, _, minor = str(gpu.get("compute_cap", "0.0")).partition(".")
-    return int(major) * 10 + int(minor or 0)
-
-
-def gpus_for(gpus: list[dict], arch) -> list[dict]:
-    """GPUs that run arch's code: the same compute capability (sm_90a code runs on H100 and H200 alike)."""
-    return [g for g in gpus if _cc(g) == arch.compute_capability]
 
 
 def not_run_note(arch) -> str:
@@ -121,7 +88,7 @@ class Worker:
     def __init__(self, gpus: list[dict] | None = None, evaluator: str | None = None,
                  workdir: Path | None = None, python: str | None = None, slack_s: float = 60.0):
         self.slack_s = slack_s  # a job process gets options.timeout_s (the profiler's own limit) plus this
-        self.gpus = local_gpus() if gpus is None else gpus
+        self.gpus = list(local_gpus()) if gpus is None else gpus
         self.evaluator = evaluator or os.environ.get(EVALUATOR_ENV) or DEFAULT_EVALUATOR
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="xlang-worker-"))
         self.python = python or sys.executable
@@ -139,7 +106,7 @@ class Worker:
     def archs(self) -> list[str]:
         from xlang.archs import archs
 
-        return [a.name for a in archs().values() if gpus_for(self.gpus, a)]
+        return [a.name for a in archs().values() if gpus_for(a, self.gpus)]
 
     def health(self) -> dict:
         with self.lock:
@@ -163,7 +130,7 @@ class Worker:
             arch = get_arch(request["arch"])
         except XlangError as e:
             raise ValueError(str(e)) from None
-        if not gpus_for(self.gpus, arch):
+        if not gpus_for(arch, self.gpus):
             raise LookupError(f"{not_run_note(arch)} on this worker")
         for key in ("shape", "options"):
             if request.get(key) is not None and not isinstance(request[key], dict):
@@ -202,7 +169,7 @@ class Worker:
                 while job is None:
                     if self.stopping:
                         return
-                    job = next((j for j in self.pending if j.arch_cc == _cc(gpu)), None)
+                    job = next((j for j in self.pending if j.arch_cc == gpu["compute_capability"]), None)
                     if job is None:
                         self.cond.wait(1.0)
                 self.pending.remove(job)
@@ -342,7 +309,7 @@ def make_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | 
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None, log=print) -> None:
     server, worker = make_server(host, port, token)
     addr = f"http://{host}:{server.server_address[1]}"
-    gpus = ", ".join(f"{g['index']}: {g['name']} (sm_{_cc(g)})" for g in worker.gpus) or "none"
+    gpus = ", ".join(f"{g['index']}: {g['name']} (sm_{g['compute_capability']})" for g in worker.gpus) or "none"
     log(f"xlang worker on {addr}  GPUs: {gpus}  archs: {', '.join(worker.archs()) or 'none'}"
         f"  token: {'required' if token else 'none (loopback only)'}")
     try:

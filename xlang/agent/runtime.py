@@ -11,10 +11,6 @@ Others hook in with register_runtime(name, factory) (factory(spec, arch) -> Runt
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,39 +40,10 @@ def _no_runtime(spec: str, arch) -> Runtime:
     return Runtime("none", False, "not run (--profiler none)")
 
 
-def _gpus() -> list[dict]:
-    try:
-        from xlang.remote import local_gpus
-    except ImportError:
-        local_gpus = None
-    if local_gpus is not None:
-        return local_gpus()
-    fake = os.environ.get("XLANG_FAKE_GPUS")
-    if fake is not None:
-        return json.loads(fake)
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return []
-    try:
-        proc = subprocess.run([exe, "--query-gpu=index,name,compute_cap", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    out = []
-    for line in proc.stdout.strip().splitlines() if proc.returncode == 0 else []:
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            out.append({"index": int(parts[0]), "name": parts[1], "compute_cap": parts[2]})
-    return out
-
-
-def _cc(gpu: dict) -> int:
-    major, _, minor = str(gpu.get("compute_cap", "0.0")).partition(".")
-    return int(major) * 10 + int(minor or 0)
-
-
 def _local_runtime(spec: str, arch) -> Runtime:
-    gpus = [g for g in _gpus() if _cc(g) == arch.compute_capability]
+    from xlang.profiler.gpu import gpus_for
+
+    gpus = gpus_for(arch)
     if not gpus:
         return Runtime("local", False, f"not run (no {arch.sm} device)")
     try:

@@ -6,6 +6,8 @@ Never imports torch: the parent must stay light and must not hold a CUDA context
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,9 +15,19 @@ import subprocess
 from xlang.errors import XlangError
 
 
-@functools.cache
 def gpus() -> tuple[dict, ...]:
-    """One dict per visible NVIDIA GPU: index, name, compute_capability (e.g. 90), driver, clocks, memory."""
+    """One dict per visible NVIDIA GPU: index, name, compute_capability (e.g. 90), driver, clocks, memory.
+
+    XLANG_FAKE_GPUS (a JSON list of {index, name, compute_capability}) stands in for the hardware in tests.
+    """
+    fake = os.environ.get("XLANG_FAKE_GPUS")
+    if fake is not None:
+        return tuple(json.loads(fake))
+    return _present()
+
+
+@functools.cache
+def _present() -> tuple[dict, ...]:
     found = _from_nvml()
     if found is None:
         found = _from_nvidia_smi()
@@ -116,12 +128,14 @@ def parse_nvidia_smi(text: str) -> list[dict]:
     return out
 
 
+def gpus_for(arch, among=None) -> list[dict]:
+    """The GPUs whose compute capability is the architecture's (sm_90a runs on any 9.0 part)."""
+    return [g for g in (gpus() if among is None else among) if g["compute_capability"] == arch.compute_capability]
+
+
 def find_gpu(arch) -> dict | None:
-    """The first GPU whose compute capability is the architecture's (sm_90a runs on any 9.0 part)."""
-    for g in gpus():
-        if g["compute_capability"] == arch.compute_capability:
-            return g
-    return None
+    found = gpus_for(arch)
+    return found[0] if found else None
 
 
 def arch_for_gpu(gpu: dict):

@@ -13,8 +13,6 @@ from pathlib import Path
 from xlang.errors import XlangError
 from xlang.report.data import Dataset, from_records
 
-from xlang.store import DEFAULT_PATH as DEFAULT_STORE  # one default for every command
-
 
 def sample_id(run_id: str, sample_idx: int) -> str:
     return f"{run_id}#{sample_idx}"

@@ -4,7 +4,6 @@ A plain, correct (any M; N, K multiples of 8) but untuned tile kernel: descripto
 padding loads with zeros and clipping stores.
 """
 
-import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
