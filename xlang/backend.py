@@ -10,6 +10,7 @@ The shared flow here (build_candidate) runs compile() and then the static SASS c
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -21,6 +22,17 @@ from xlang.census import Census, take_census
 from xlang.errors import XlangError
 
 LANGS = ("triton", "cuda_ptx", "cutedsl")
+
+# The static screen for languages whose host code is Python (triton, cutedsl): calls that would hand the
+# work to torch's or a vendor's kernels. Run time has the last word (kernel names seen by Nsight Compute).
+TORCH_COMPUTE_FORBIDDEN = (
+    (r"\btorch\.(matmul|mm|bmm|addmm|baddbmm|einsum|tensordot|inner|outer|linalg)\b",
+     "torch compute calls are not allowed: the result must come from the candidate's own kernels"),
+    (r"\.(matmul|mm|bmm)\(", "matrix products through torch are not allowed"),
+    (r"\b(scaled_dot_product_attention|flash_attn|torch\.nn\.functional|F\.softmax|torch\.softmax)\b",
+     "torch / library attention or softmax is not allowed"),
+    (r"\b(cublas|cudnn)\b", "vendor libraries are not allowed"),
+)
 
 
 @dataclass
@@ -102,6 +114,41 @@ class Backend:
     def load_entry(self, build: BuildResult):
         """On the GPU machine: a callable taking (*tensors, *sizes) in contract order."""
         raise NotImplementedError
+
+
+class PythonModuleBackend(Backend):
+    """A language whose candidate is a Python module exposing xlang_entry (triton, cutedsl)."""
+
+    suffix = ".py"
+    fences = ("python", "py")
+    forbidden = TORCH_COMPUTE_FORBIDDEN
+
+    def load_entry(self, build: BuildResult):
+        from xlang.candidate import load_module
+
+        return load_module(build.load_path).xlang_entry
+
+
+def run_build_child(module: str, source_path: Path, task, arch, shape: dict, workdir: Path, env: dict,
+                    timeout_s: float, what: str) -> tuple[dict | None, str | None, str]:
+    """Run a Python-hosted language's static build (MODULE.main(source, task, arch, shape_json, out_dir)) in a
+    sandboxed child; it leaves OUT_DIR/static_build.json. Returns (that report, error, the child's stdout)."""
+    from xlang.sandbox import python_child
+
+    child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(workdir)],
+                         timeout=timeout_s, cwd=workdir, env=env)
+    report = workdir / "static_build.json"
+    if child.timed_out:
+        return None, f"the build ({what}) exceeded {timeout_s:.0f} s", child.stdout
+    if not report.is_file():
+        return None, "the build process died: " + trim_log(
+            child.stderr or child.stdout or f"exit code {child.returncode}"), child.stdout
+    return json.loads(report.read_text()), None, child.stdout
+
+
+def cache_dir(name: str) -> Path:
+    """Compiler caches shared by builds (XLANG_CACHE, default ~/.cache/xlang)."""
+    return Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / name
 
 
 def strip_comments(source: str, suffix: str) -> str:

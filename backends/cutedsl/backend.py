@@ -9,44 +9,24 @@ CPU tensors presented to the DSL as device tensors (see NOTES.md for the patch p
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from xlang.backend import Backend, BuildResult, KernelImage, trim_log
-from xlang.sandbox import python_child
+from xlang.backend import BuildResult, KernelImage, PythonModuleBackend, cache_dir, run_build_child, trim_log
 
 BUILD_TIMEOUT_S = 300
 
 
-class CuteDslBackend(Backend):
+class CuteDslBackend(PythonModuleBackend):
     name = "cutedsl"
     title = "CuTe DSL"
-    suffix = ".py"
-    fences = ("python", "py")
-    forbidden = (
-        (r"\btorch\.(matmul|mm|bmm|addmm|baddbmm|einsum|tensordot|linalg)\b",
-         "torch compute calls are not allowed: the result must come from the candidate's own kernels"),
-        (r"\.(matmul|mm|bmm)\(", "matrix products through torch are not allowed"),
-        (r"\b(scaled_dot_product_attention|flash_attn|torch\.nn\.functional|F\.softmax|torch\.softmax)\b",
-         "torch / library attention or softmax is not allowed"),
-        (r"\b(cublas|cudnn)\b", "vendor libraries are not allowed"),
-    )
-
     def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
         result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
-        cache = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / "cute"
-        child = python_child("backends.cutedsl.backend",
-                             [str(source_path), task.name, arch.name, json.dumps(shape), str(workdir)],
-                             timeout=BUILD_TIMEOUT_S, cwd=workdir, env={"CUTE_DSL_CACHE_DIR": str(cache)})
-        report = workdir / "static_build.json"
-        if child.timed_out:
-            result.error = f"the build (import and entry point with cute.compile redirected) exceeded {BUILD_TIMEOUT_S} s"
+        data, result.error, stdout = run_build_child(
+            "backends.cutedsl.backend", source_path, task, arch, shape, workdir,
+            env={"CUTE_DSL_CACHE_DIR": str(cache_dir("cute"))}, timeout_s=BUILD_TIMEOUT_S,
+            what="import and entry point with cute.compile redirected")
+        if data is None:
             return result
-        if not report.is_file():
-            result.error = "the build process died: " + trim_log(child.stderr or child.stdout or
-                                                                  f"exit code {child.returncode}")
-            return result
-        data = json.loads(report.read_text())
         if not data["ok"]:
             where = f"\n(at {data['where']})" if data.get("where") else ""
             result.error = trim_log(f"{data['error_kind']}: {data['error']}{where}")
@@ -57,13 +37,9 @@ class CuteDslBackend(Backend):
                 result.kernels.append(KernelImage(kernels[i] if i < len(kernels) else fn["name"], cubin, fn["ptx"],
                                                   {"host_function": fn["name"], "kernels": fn.get("kernels"),
                                                    "compile_s": fn.get("compile_s")}))
-        result.ok, result.load_path, result.log = True, str(source_path), trim_log(child.stdout)
+        result.ok, result.load_path, result.log = True, str(source_path), trim_log(stdout)
         return result
 
-    def load_entry(self, build: BuildResult):
-        from xlang.candidate import load_module
-
-        return load_module(build.load_path).xlang_entry
 
 
 def main(argv: list[str]) -> int:
