@@ -180,6 +180,7 @@ def _gpu_capability():
     return torch.cuda.get_device_capability()
 
 
+@pytest.mark.gpu
 @needs_nvcc
 @pytest.mark.parametrize(
     "fname,arch,cap",
