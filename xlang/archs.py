@@ -38,6 +38,15 @@ class Arch:
         return self.sm.replace("sm_", "compute_")
 
     @property
+    def template_dirs(self) -> list:
+        """Include path of the CUDA template headers: this architecture's own, then those shared by
+        Hopper and Blackwell (TMA, mbarrier, fences: the same PTX on both)."""
+        from xlang import resources
+
+        docs = resources.folder("arch_docs")
+        return [docs / self.docs / "templates", docs / "common" / "templates"]
+
+    @property
     def gencode(self) -> str:
         """The nvcc flag: the arch-specific 'a' targets are the only ones that accept wgmma / tcgen05."""
         return f"-gencode=arch={self.compute},code=[{self.sm},{self.compute}]"

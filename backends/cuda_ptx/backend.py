@@ -12,7 +12,6 @@ import re
 import subprocess
 from pathlib import Path
 
-from xlang import resources
 from xlang.backend import Backend, BuildResult, KernelImage, trim_log
 from xlang.census import disassemble
 from xlang.task import ENTRY_POINT
@@ -34,8 +33,8 @@ class CudaPtxBackend(Backend):
     def nvcc_command(self, source: Path, output: Path, arch) -> list[str]:
         return [
             str(require_tool("nvcc")), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", arch.gencode,
-            # The architecture's template headers (arch_docs/<docs>/templates) are on the include path.
-            "-I", str(resources.folder("arch_docs") / arch.docs / "templates"),
+            # The architecture's template headers (arch_docs/<docs>/templates, arch_docs/common/templates).
+            *[arg for d in arch.template_dirs for arg in ("-I", str(d))],
             # No -lcuda: a CPU-only build machine has no libcuda, so driver functions (cuTensorMapEncodeTiled
             # for TMA) are reached through cudaGetDriverEntryPoint. -z defs turns a direct call into a link
             # error here instead of a load failure on the GPU machine.

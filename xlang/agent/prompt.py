@@ -80,7 +80,7 @@ def arch_section(arch, required: tuple[str, ...]) -> str:
 
 @dataclass
 class DocFile:
-    rel: str  # path relative to arch_docs/<docs>/
+    rel: str  # path relative to arch_docs/
     text: str | None  # None: missing
 
 
@@ -91,19 +91,19 @@ def doc_files(arch, lang: str, level: str) -> list[DocFile]:
         raise ValueError(f"unknown docs level '{level}' (known: {', '.join(DOCS_LEVELS)})")
     if level == "none":
         return []
-    folder = resources.folder("arch_docs") / arch.docs
-    wanted: list[str] = ["params.md"]
+    root = resources.folder("arch_docs")
+    wanted: list[str] = [f"{arch.docs}/params.md"]
     if level in ("templates", "contracts"):
         if lang == "cuda_ptx":
-            headers = sorted(p.name for p in (folder / "templates").glob("*.cuh")) if folder.is_dir() else []
-            wanted += [f"templates/{h}" for h in headers] or ["templates/*.cuh"]
+            headers = [h.relative_to(root).as_posix() for d in arch.template_dirs for h in sorted(d.glob("*.cuh"))]
+            wanted += headers or [f"{arch.docs}/templates/*.cuh"]
         else:
-            wanted.append(f"templates/{lang}.md")
+            wanted.append(f"{arch.docs}/templates/{lang}.md")
     if level == "contracts":
-        wanted.append("contracts.md")
+        wanted.append(f"{arch.docs}/contracts.md")
     out = []
     for rel in wanted:
-        path = folder / rel
+        path = root / rel
         out.append(DocFile(rel, path.read_text() if "*" not in rel and path.is_file() else None))
     return out
 
@@ -115,7 +115,7 @@ def docs_section(arch, lang: str, level: str) -> str:
     lines = [f"## Architecture documentation ({arch.docs}, level '{level}')"]
     for f in files:
         if f.text is None:
-            lines.append(f"(Note: arch_docs/{arch.docs}/{f.rel} is not available; this part of the documentation "
+            lines.append(f"(Note: arch_docs/{f.rel} is not available; this part of the documentation "
                          "is missing.)")
             continue
         lines.append("")

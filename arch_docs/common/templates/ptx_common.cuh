@@ -1,9 +1,9 @@
 // xlang arch_docs: small helpers shared by the other wrappers.
 // Shared by Hopper (sm_90a) and Blackwell (sm_100a): ptx_common.cuh, mbarrier.cuh,
-// fence.cuh, tma.cuh and tma_host.cuh are byte-identical in arch_docs/h100/templates
-// and arch_docs/b200/templates (a test checks this).
-// Build: nvcc -gencode=arch=compute_90a,code=sm_90a -I arch_docs/h100/templates ...
-//    or: nvcc -gencode=arch=compute_100a,code=sm_100a -I arch_docs/b200/templates ...
+// fence.cuh, tma.cuh and tma_host.cuh live once, in arch_docs/common/templates, which is on
+// the include path of both architectures' builds.
+// Build: nvcc -gencode=arch=compute_90a,code=sm_90a -I arch_docs/h100/templates -I arch_docs/common/templates ...
+//    or: nvcc -gencode=arch=compute_100a,code=sm_100a -I arch_docs/b200/templates -I arch_docs/common/templates ...
 #pragma once
 #include <cstdint>
 
