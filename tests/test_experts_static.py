@@ -1,0 +1,50 @@
+"""Every expert solution builds for its architectures with no GPU, and its SASS census shows the families it
+is meant to reach (Blackwell: the only evidence we have, since no B200 is lent here)."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from xlang.archs import get_arch
+from xlang.backend import build_candidate
+from xlang.task import get_task
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                                reason="nvcc (CUDA toolkit) not installed")
+
+HOPPER = {"wgmma", "tma"}
+BLACKWELL = {"tcgen05_mma", "tma", "tmem"}
+# (task, lang, arch, shape overrides, families that must appear in the SASS)
+CASES = [
+    ("gemm", "triton", "h100", None, HOPPER),
+    ("gemm", "triton", "b200", None, BLACKWELL),
+    ("gemm", "cuda_ptx", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("gemm", "cuda_ptx", "b200", None, BLACKWELL | {"tcgen05_commit"}),
+    ("gemm", "cutedsl", "h100", None, HOPPER | {"setmaxnreg"}),
+    ("gemm", "cutedsl", "b200", None, BLACKWELL),
+    ("gemm", "cutedsl", "h100", "M=1000,N=776,K=520", HOPPER),
+    ("attn_fwd", "triton", "h100", None, HOPPER),
+    ("attn_fwd", "triton", "b200", "D=96,HKV=8", BLACKWELL),
+    ("attn_fwd_causal", "triton", "h100", "D=64", HOPPER),
+    ("attn_fwd_causal", "triton", "b200", None, BLACKWELL),
+]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("task_name,lang,arch,shape,families", CASES,
+                         ids=[f"{c[0]}-{c[1]}-{c[2]}{'-' + c[3] if c[3] else ''}" for c in CASES])
+def test_expert_builds_with_its_families(task_name, lang, arch, shape, families, tmp_path):
+    if lang == "cutedsl":
+        pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    from xlang.backend import get_backend
+    from xlang.task import parse_shape
+
+    task, arch_obj = get_task(task_name), get_arch(arch)
+    path = task.solution_path(lang, arch_obj.generation, get_backend(lang).suffix)
+    assert path is not None, f"no {lang} expert for {task_name} on {arch_obj.generation}"
+    result = build_candidate(path, lang, task, arch_obj, task.shape(parse_shape(shape)), workdir=tmp_path)
+    assert result.ok, result.error
+    assert result.census.ok, result.census.missing
+    seen = {f for f, n in result.census.families.items() if n > 0}
+    assert families <= seen, f"missing in SASS: {families - seen}"
