@@ -230,6 +230,9 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         baseline=(lambda inputs, shape: backward_baseline(inputs, causal)) if backward
         else (lambda inputs, shape: forward_baseline(inputs, causal)),
         baseline_name=f"cuDNN SDPA {kind} (torch CUDNN_ATTENTION)",
+        shown_reference=((backward_reference if backward else forward_reference), _scores, _chunks),
+        reference_call=(f"outputs = backward_reference(dO, Q, K, V, shape, causal={causal})  # -> dQ, dK, dV"
+                        if backward else f"outputs = forward_reference(Q, K, V, shape, causal={causal})  # -> O, LSE"),
         test_shapes_for=test_shapes_for,
         check_shape=check_shape,
     )

@@ -90,3 +90,11 @@ def test_importing_xlang_and_cli_help_stay_light():
     subprocess.run([sys.executable, "-c", code], check=True)
     out = subprocess.run([sys.executable, "-m", "xlang", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "build" in out.stdout
+
+
+def test_the_prompt_shows_each_tasks_real_reference_code():
+    for task in all_tasks():
+        source = task.reference_source()
+        assert source.lstrip().startswith(("def ", "# outputs =")) and "lambda" not in source, task.name
+        compile(source, task.name, "exec")  # whole functions, not a fragment
+    assert "causal=True" in get_task("attn_bwd_causal").reference_source()

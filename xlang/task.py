@@ -87,6 +87,10 @@ class Task:
     check_shape: Callable[[dict], None]  # raises ValueError with the rule that is broken
     required: dict[str, tuple[str, ...]] = field(default_factory=dict)  # generation -> families (else arch default)
     min_bytes: Callable[[dict], float] | None = None  # fewest bytes moved, for the roofline
+    # What the prompt shows as "the PyTorch reference": these functions' source (default: reference itself),
+    # after a first comment line saying how the task calls them.
+    shown_reference: tuple[Callable, ...] = ()
+    reference_call: str = ""
 
     def shape(self, overrides: dict[str, int] | None = None) -> dict[str, int]:
         shape = dict(self.default_shape)
@@ -107,7 +111,9 @@ class Task:
         return tuple(self.required.get(arch.generation, arch.default_required))
 
     def reference_source(self) -> str:
-        return textwrap.dedent(inspect.getsource(self.reference))
+        parts = [textwrap.dedent(inspect.getsource(f)) for f in (self.shown_reference or (self.reference,))]
+        head = f"# {self.reference_call}\n" if self.reference_call else ""
+        return head + "\n\n".join(p.rstrip() for p in parts)
 
     def folder(self):
         return resources.folder("tasks") / self.name
