@@ -14,6 +14,7 @@ import os
 import re
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -78,7 +79,7 @@ class BuildResult:
         return path
 
 
-class Backend:
+class Backend(ABC):
     """Base class: subclasses set the attributes and implement compile() and load_entry()."""
 
     name: str = ""
@@ -108,12 +109,13 @@ class Backend:
         return [f"{why} (matched '{m.group(0)}')" for pattern, why in self.forbidden
                 for m in [re.search(pattern, code)] if m]
 
+    @abstractmethod
     def compile(self, source_path: Path, task, arch, shape: dict, workdir: Path) -> BuildResult:
-        raise NotImplementedError
+        """Turn the candidate into cubins and PTX for arch, with no GPU needed."""
 
+    @abstractmethod
     def load_entry(self, build: BuildResult):
         """On the GPU machine: a callable taking (*tensors, *sizes) in contract order."""
-        raise NotImplementedError
 
 
 class PythonModuleBackend(Backend):

@@ -9,13 +9,14 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from xlang.agent.llm import Reply
 from xlang.errors import XlangError
 
 
-class Source:
+class Source(ABC):
     kind = "llm"
     label = ""
 
@@ -32,8 +33,9 @@ class Source:
         """A note when this source has nothing for the sample (reported as missing, not as a failure)."""
         return None
 
+    @abstractmethod
     def reply(self, messages: list[dict], sample_idx: int, turn_idx: int, seed: int | None) -> Reply:
-        raise NotImplementedError
+        """The model's reply to these messages (reference and replay sources ignore the messages)."""
 
     def config(self) -> dict:
         return {}
