@@ -110,6 +110,10 @@ def print_verdict(v) -> None:
                       highlight=False, markup=False)
     fp = v.fingerprint or {}
     g = fp.get("gpu") or {}
-    console.print(f"[dim]{g.get('name', '')} driver {g.get('driver', '')} SM {g.get('sm_clock_mhz', '?')} MHz · "
-                  f"torch {fp.get('torch', '-')} CUDA {fp.get('cuda_runtime', '-')} triton {fp.get('triton', '-')} · "
-                  f"seed {fp.get('seed')} · harness {fp.get('harness_version')} · {fp.get('seconds')} s[/dim]")
+    parts = []
+    if g:  # no GPU fields when runtime did not run
+        parts.append(f"{g.get('name', '')} driver {g.get('driver', '')} SM {g.get('sm_clock_mhz', '?')} MHz")
+    versions = " ".join(f"{k} {fp[key]}" for k, key in (("torch", "torch"), ("CUDA", "cuda_runtime"),
+                                                         ("triton", "triton")) if fp.get(key))
+    parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]
+    console.print("[dim]" + " · ".join(p for p in parts if p) + "[/dim]")
