@@ -28,6 +28,11 @@ CASES = [
     ("attn_fwd", "triton", "b200", "D=96,HKV=8", BLACKWELL),
     ("attn_fwd_causal", "triton", "h100", "D=64", HOPPER),
     ("attn_fwd_causal", "triton", "b200", None, BLACKWELL),
+    # Written without device time and not yet run on a GPU (see tasks/attn_fwd/NOTES_cuda_ptx.md, NOTES_cutedsl.md).
+    ("attn_fwd", "cuda_ptx", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_fwd_causal", "cuda_ptx", "h100", "D=96,HKV=8", HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_fwd", "cutedsl", "h100", "D=64", HOPPER | {"setmaxnreg"}),
+    ("attn_fwd_causal", "cutedsl", "h100", None, HOPPER | {"setmaxnreg"}),
 ]
 
 
