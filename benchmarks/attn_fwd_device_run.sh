@@ -16,11 +16,11 @@ step() {  # step NAME CAP_S CMD...
   grep -v '^\s*$' "$OUT/$name.log" | tail -n 40
 }
 EV="python3 -m xlang eval --lang triton --arch h100 --no-memcheck"
-step fwd_d128    110 $EV tasks/attn_fwd/solutions/triton.py --task attn_fwd
-step causal_d128 100 $EV tasks/attn_fwd_causal/solutions/triton.py --task attn_fwd_causal
+step fwd_d128    110 $EV expert --task attn_fwd
+step causal_d128 100 $EV expert --task attn_fwd_causal
 step sweep_d128   45 python3 benchmarks/attn_fwd_triton_sweep.py 128 35
-step fwd_d64      45 $EV --no-ncu tasks/attn_fwd/solutions/triton.py --task attn_fwd --shape D=64
-step fwd_d96      45 $EV --no-ncu tasks/attn_fwd/solutions/triton.py --task attn_fwd --shape D=96
-step causal_d64   45 $EV --no-ncu tasks/attn_fwd_causal/solutions/triton.py --task attn_fwd_causal --shape D=64
-step causal_d96   45 $EV --no-ncu tasks/attn_fwd_causal/solutions/triton.py --task attn_fwd_causal --shape D=96
+step fwd_d64      45 $EV --no-ncu expert --task attn_fwd --shape D=64
+step fwd_d96      45 $EV --no-ncu expert --task attn_fwd --shape D=96
+step causal_d64   45 $EV --no-ncu expert --task attn_fwd_causal --shape D=64
+step causal_d96   45 $EV --no-ncu expert --task attn_fwd_causal --shape D=96
 echo "== done"

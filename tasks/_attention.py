@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from xlang.task import Contract, Task, TensorArg
+from xlang.task import Contract, SolutionVariant, Task, TensorArg
 
 HEAD_DIMS = (64, 96, 128)
 DEFAULT_SHAPE = {"B": 4, "H": 48, "HKV": 48, "S": 4096, "D": 128}
@@ -233,6 +233,9 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         shown_reference=((backward_reference if backward else forward_reference), _scores, _chunks),
         reference_call=(f"outputs = backward_reference(dO, Q, K, V, shape, causal={causal})  # -> dQ, dK, dV"
                         if backward else f"outputs = forward_reference(Q, K, V, shape, causal={causal})  # -> O, LSE"),
+        # The causal experts are the non-causal ones with their causal switch on (CAUSAL in Python, XL_CAUSAL in CUDA).
+        solution_variant=SolutionVariant(name.removesuffix("_causal"), {"CAUSAL": "True", "XL_CAUSAL": "1"})
+        if causal else None,
         test_shapes_for=test_shapes_for,
         check_shape=check_shape,
     )

@@ -46,9 +46,9 @@ def test_expert_builds_with_its_families(task_name, lang, arch, shape, families,
     from xlang.task import parse_shape
 
     task, arch_obj = get_task(task_name), get_arch(arch)
-    path = task.solution_path(lang, arch_obj.generation, get_backend(lang).suffix)
-    assert path is not None, f"no {lang} expert for {task_name} on {arch_obj.generation}"
-    result = build_candidate(path, lang, task, arch_obj, task.shape(parse_shape(shape)), workdir=tmp_path)
+    solution = task.solution(lang, arch_obj.generation, get_backend(lang).suffix)
+    assert solution is not None, f"no {lang} expert for {task_name} on {arch_obj.generation}"
+    result = build_candidate(solution.text, lang, task, arch_obj, task.shape(parse_shape(shape)), workdir=tmp_path)
     assert result.ok, result.error
     assert result.census.ok, result.census.missing
     seen = {f for f, n in result.census.families.items() if n > 0}

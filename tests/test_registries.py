@@ -98,3 +98,18 @@ def test_the_prompt_shows_each_tasks_real_reference_code():
         assert source.lstrip().startswith(("def ", "# outputs =")) and "lambda" not in source, task.name
         compile(source, task.name, "exec")  # whole functions, not a fragment
     assert "causal=True" in get_task("attn_bwd_causal").reference_source()
+
+
+def test_causal_experts_are_the_non_causal_ones_with_the_switch_on():
+    from xlang.task import set_constants
+
+    for lang, suffix, line in (("triton", ".py", "CAUSAL = True"), ("cuda_ptx", ".cu", "#define XL_CAUSAL 1")):
+        base = get_task("attn_fwd").solution(lang, "hopper", suffix)
+        causal = get_task("attn_fwd_causal").solution(lang, "hopper", suffix)
+        assert causal.path == base.path and line in causal.text.splitlines() and line not in base.text.splitlines()
+        assert len(causal.text.splitlines()) == len(base.text.splitlines())
+    assert get_task("attn_bwd_causal").solution("triton", "hopper", ".py") is None  # no base expert yet
+    with pytest.raises(ValueError, match="defines none"):
+        set_constants("x = 1\n", {"CAUSAL": "True"}, "f.py")
+    with pytest.raises(ValueError, match="defined 2 times"):
+        set_constants("CAUSAL = 0\nCAUSAL = 1\n", {"CAUSAL": "True"}, "f.py")

@@ -80,8 +80,8 @@ def _solution_digest(task: str, lang: str, arch: str) -> str | None:
     from xlang.backend import get_backend
     from xlang.task import get_task
 
-    path = get_task(task).solution_path(lang, get_arch(arch).generation, get_backend(lang).suffix)
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path else None
+    solution = get_task(task).solution(lang, get_arch(arch).generation, get_backend(lang).suffix)
+    return hashlib.sha256(solution.text.encode()).hexdigest()[:16] if solution else None
 
 
 def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:

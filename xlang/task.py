@@ -14,6 +14,7 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from xlang import resources
@@ -72,6 +73,35 @@ class Contract:
 
 
 @dataclass(frozen=True)
+class SolutionVariant:
+    """A task whose expert solutions are another task's with named constants set (a variant by parameter,
+    not by copy): `NAME = value` in Python, `#define NAME value` in CUDA, each defined once in the file."""
+
+    base_task: str
+    constants: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Solution:
+    path: Path  # the file the text comes from (the base task's, for a variant)
+    text: str  # what the reference model submits
+
+
+def set_constants(text: str, constants: dict[str, str], where: str) -> str:
+    changed = 0
+    for name, value in constants.items():
+        pattern = re.compile(rf"^(\s*#\s*define\s+{name}\s+|{name}\s*=\s*)\S.*$", re.M)
+        found = pattern.findall(text)
+        if len(found) > 1:
+            raise ValueError(f"{where}: {name} is defined {len(found)} times")
+        text, n = pattern.subn(lambda m: m.group(1) + value, text)
+        changed += n
+    if not changed:
+        raise ValueError(f"{where}: defines none of {', '.join(constants)}")
+    return text
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     title: str
@@ -91,6 +121,7 @@ class Task:
     # after a first comment line saying how the task calls them.
     shown_reference: tuple[Callable, ...] = ()
     reference_call: str = ""
+    solution_variant: SolutionVariant | None = None  # experts come from another task, constants set
 
     def shape(self, overrides: dict[str, int] | None = None) -> dict[str, int]:
         shape = dict(self.default_shape)
@@ -119,12 +150,24 @@ class Task:
         return resources.folder("tasks") / self.name
 
     def solution_path(self, lang: str, generation: str, suffix: str):
-        """Expert solution: solutions/<lang>_<generation><suffix> if present, else solutions/<lang><suffix>."""
+        """This task's own expert file: solutions/<lang>_<generation><suffix>, else solutions/<lang><suffix>."""
         for name in (f"{lang}_{generation}{suffix}", f"{lang}{suffix}"):
             path = self.folder() / "solutions" / name
             if path.is_file():
                 return path
         return None
+
+    def solution(self, lang: str, generation: str, suffix: str) -> Solution | None:
+        """The expert solution: this task's own file, else its base task's with the variant's constants set."""
+        path = self.solution_path(lang, generation, suffix)
+        if path is not None:
+            return Solution(path, path.read_text())
+        if self.solution_variant is None:
+            return None
+        base = get_task(self.solution_variant.base_task).solution(lang, generation, suffix)
+        if base is None:
+            return None
+        return Solution(base.path, set_constants(base.text, self.solution_variant.constants, str(base.path)))
 
 
 def format_shape(shape: dict[str, int]) -> str:

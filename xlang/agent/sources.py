@@ -64,7 +64,8 @@ class ReferenceSource(Source):
     label = "reference"
 
     def __init__(self, task, lang: str, arch, backend):
-        self.path = task.solution_path(lang, arch.generation, backend.suffix)
+        self.solution = task.solution(lang, arch.generation, backend.suffix)
+        self.path = self.solution.path if self.solution else None
         self.expected = (f"tasks/{task.name}/solutions/{lang}_{arch.generation}{backend.suffix} or "
                          f"{lang}{backend.suffix}")
         self.fence = backend.fences[0] if backend.fences else ""
@@ -76,7 +77,7 @@ class ReferenceSource(Source):
         return None if self.path else f"no expert solution ({self.expected} not found)"
 
     def reply(self, messages, sample_idx, turn_idx, seed):
-        code = self.path.read_text()
+        code = self.solution.text
         return Reply(f"```{self.fence}\n{code}\n```", model="reference", code=code, prompt_tokens=0,
                      completion_tokens=0, total_tokens=0)
 

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
 
 
 def eval_command(
-    file: Path = typer.Argument(..., help="candidate source file"),
+    file: Path = typer.Argument(..., help="candidate source file, or 'expert' for the task's expert solution"),
     lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
     task: str = typer.Option(..., "--task", "-t"),
     arch: str = typer.Option("auto", "--arch", "-a", help="h100 | h200 | b200 | auto (the GPU present)"),
@@ -43,11 +43,12 @@ def eval_command(
     from xlang.profiler.evaluate import EvalOptions, evaluate
     from xlang.task import get_task, parse_shape
 
-    if not file.is_file():
+    expert = str(file) == "expert"
+    if not expert and not file.is_file():
         raise XlangError(f"no such file: {file}")
     if trials < 1:
         raise XlangError("--trials must be at least 1")
-    get_backend(lang)
+    backend = get_backend(lang)
     task_obj = get_task(task)
     if arch == "auto":
         from xlang.profiler.gpu import auto_arch
@@ -55,12 +56,19 @@ def eval_command(
         arch_obj = auto_arch()
     else:
         arch_obj = get_arch(arch)
+    candidate = file
+    if expert:
+        solution = task_obj.solution(lang, arch_obj.generation, backend.suffix)
+        if solution is None:
+            raise XlangError(f"no {lang} expert solution for {task} on {arch_obj.generation} "
+                             f"(tasks/{task}/solutions/)")
+        candidate = solution.text
     shape_obj = task_obj.shape(parse_shape(shape))
     required = parse_required(arch_obj, require, task_obj.required_for(arch_obj))
     options = EvalOptions(memcheck=not no_memcheck, ncu=not no_ncu, timing=not no_timing, trials=trials, seed=seed,
                           require=required, check_timeout_s=timeout, memcheck_timeout_s=timeout,
-                          ncu_timeout_s=timeout, workdir=workdir, label=file.stem)
-    v = evaluate(file, lang, task_obj, arch_obj, shape_obj, options)
+                          ncu_timeout_s=timeout, workdir=workdir, label=f"{task}-{lang}-expert" if expert else file.stem)
+    v = evaluate(candidate, lang, task_obj, arch_obj, shape_obj, options)
     if as_json:
         print(json.dumps(v.to_dict(), indent=1, default=str))
     else:

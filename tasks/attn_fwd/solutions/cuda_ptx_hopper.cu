@@ -1,7 +1,7 @@
 // Not yet run on a GPU (written 2026-11-29 without device time); see NOTES_cuda_ptx.md
 //
 // Expert Hopper (sm_90a) attention forward for the xlang `attn_fwd` / `attn_fwd_causal` tasks,
-// FlashAttention-3 style. XL_CAUSAL below is the only difference between the two task files.
+// FlashAttention-3 style. attn_fwd_causal uses this same file with XL_CAUSAL set to 1 (its Task.solution_variant).
 //
 //   O[b,h,i,:] = softmax_j(scale * Q[b,h,i,:] . K[b,kvh,j,:]) V[b,kvh,j,:],  kvh = h / (H / HKV)
 //   LSE[b,h,i] = natural-log sum_j exp(scale * Q.K)

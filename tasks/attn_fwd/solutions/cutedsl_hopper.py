@@ -1,6 +1,6 @@
 # Not yet run on a GPU (written 2026-11-29 without device time); see NOTES_cutedsl.md
 """Expert Hopper (sm_90a) attention forward in CuTe DSL for xlang's `attn_fwd` (CAUSAL = False) and
-`attn_fwd_causal` (the same source with CAUSAL = True).
+`attn_fwd_causal` (this same file with CAUSAL = True: that task's solution_variant).
 
 O[b,h] = softmax(scale * Q[b,h] K[b,kv]^T) V[b,kv] (bf16), LSE[b,h] = logsumexp of the scaled scores (fp32,
 natural log), kv = h // (H // HKV), scale = 1/sqrt(D), any S >= 1, D in {64, 96, 128}.
