@@ -147,3 +147,29 @@ def test_static_ok_without_gpu_and_fake_worker_categories(tmp_path, monkeypatch)
     assert v.category == V.OK and v.speedup == 1.1
     assert "not verified" in v.detail
     json.dumps(v.to_dict())
+
+
+def test_one_evaluation_at_a_time_per_gpu(tmp_path, monkeypatch):
+    """Concurrent samples (threads) and runs (processes) share a GPU only one evaluation at a time."""
+    import threading
+    import time
+
+    from xlang.profiler.gpu import Exclusive
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    events = []
+
+    def hold(n):
+        lock = Exclusive({"index": 7}).acquire()
+        events.append(("start", n))
+        time.sleep(0.2)
+        events.append(("end", n))
+        lock.release()
+
+    threads = [threading.Thread(target=hold, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Never two holders at once: every start is followed by its own end.
+    assert all(events[i][0] == "start" and events[i + 1] == ("end", events[i][1]) for i in range(0, 6, 2))

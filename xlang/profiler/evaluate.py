@@ -338,10 +338,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                            "workdir": str(workdir)}
 
     pools: list = []
+    held: list = []  # the GPU, while this evaluation uses it
 
     def finish(category: str, detail: str) -> V.Verdict:
         for p in pools:
             p.shutdown(wait=False)
+        for lock in held:
+            lock.release()
         verdict.category, verdict.detail = category, detail
         verdict.fingerprint["seconds"] = round(time.monotonic() - started, 2)
         try:
@@ -367,12 +370,17 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     early_check = None
     pool = ThreadPoolExecutor(2)
     pools.append(pool)
+
+    def hold_gpu():  # one evaluation at a time per GPU: timings must not share the chip
+        if not held:
+            held.append(gpu_mod.Exclusive(gpu).acquire())
     if build is None and gpu is not None and options.overlap and lang == "triton":
         early = workdir / "early"
         early.mkdir(exist_ok=True)
         (early / f"candidate{backend.suffix}").write_text(source)
         provisional = BuildResult(True, lang, task.name, arch.name, dict(shape), str(early),
                                   load_path=str(early / f"candidate{backend.suffix}"))
+        hold_gpu()
         early_check = pool.submit(run_stage, {**spec, "mode": "check", "build": provisional.to_dict()}, workdir,
                                   "check", options.check_timeout_s, env=_worker_env(options, gpu))
     if build is None:
@@ -394,6 +402,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                                 f"not run (no GPU of compute capability {arch.compute_capability / 10:.1f} here)")
         return finish(V.STATIC_OK, f"compiled for {arch.sm} with {', '.join(required)} present; {verdict.runtime_note}")
     verdict.runtime_ran = True
+    hold_gpu()
     fresh = gpu_mod._from_nvml() or [gpu]
     verdict.fingerprint["gpu"] = next((g for g in fresh if g.get("index") == gpu.get("index")), gpu)
 

@@ -128,6 +128,29 @@ def parse_nvidia_smi(text: str) -> list[dict]:
     return out
 
 
+class Exclusive:
+    """Holds one GPU for one evaluation, across threads and processes of this machine (an flock on a file per
+    GPU), so that concurrent samples or runs never time their kernels while another candidate runs."""
+
+    def __init__(self, gpu: dict):
+        import tempfile
+
+        self.path = os.path.join(tempfile.gettempdir(), f"xlang-gpu-{gpu.get('index', 0)}.lock")
+        self.fd = None
+
+    def acquire(self) -> "Exclusive":
+        import fcntl
+
+        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o666)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # a separate open file per holder: threads exclude each other too
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing drops the lock
+            self.fd = None
+
+
 def gpus_for(arch, among=None) -> list[dict]:
     """The GPUs whose compute capability is the architecture's (sm_90a runs on any 9.0 part)."""
     return [g for g in (gpus() if among is None else among) if g["compute_capability"] == arch.compute_capability]
