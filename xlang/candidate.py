@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
@@ -17,6 +18,20 @@ def load_module(path: str | Path, name: str = "xlang_candidate"):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def candidate_trace(exc: BaseException, candidate_files) -> str:
+    """The exception and only the frames inside the candidate's own files (never our machinery), with the
+    files named by their base name so no path of ours leaks into what a model is shown."""
+    files = set(map(str, candidate_files))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    lines = [f'  File "{Path(f.filename).name}", line {f.lineno}, in {f.name}\n    {f.line}' for f in frames]
+    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    for path in files:
+        message = message.replace(path, Path(path).name)
+    if len(message) > 3000:
+        message = message[:1500] + "\n...\n" + message[-1500:]
+    return "\n".join(lines + [message])
 
 
 def torch_dtype(dtype: str):

@@ -20,7 +20,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +35,7 @@ from pathlib import Path
 from xlang.errors import XlangError
 from xlang.profiler.gpu import gpus as local_gpus
 from xlang.profiler.gpu import gpus_for
+from xlang.sandbox import run_child
 from xlang.verdict import RUNTIME_ERROR, TIMEOUT, Verdict
 
 API = "xlang-worker/1"
@@ -185,24 +185,10 @@ class Worker:
         jobdir.mkdir(parents=True, exist_ok=True)
         (jobdir / "job.json").write_text(json.dumps({**job.request, "evaluator": self.evaluator}))
         limit = float((job.request.get("options") or {}).get("timeout_s", JOB_TIMEOUT_S)) + self.slack_s
-        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu["index"])
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-        start = time.monotonic()
-        proc = subprocess.Popen([self.python, "-m", "xlang.remote", str(jobdir)], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, stdin=subprocess.DEVNULL)
-        try:
-            out, _ = proc.communicate(timeout=limit)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
-            timed_out = True
+        # Its own process group, killed whole at the limit, without our secrets (the token included).
+        child = run_child([self.python, "-m", "xlang.remote", str(jobdir)], timeout=limit,
+                          env={"CUDA_VISIBLE_DEVICES": str(gpu["index"])})
+        timed_out, out = child.timed_out, child.stdout + child.stderr
         result = jobdir / "verdict.json"
         base = {"lang": job.request["lang"], "task": job.request["task"], "arch": job.request["arch"],
                 "shape": job.request.get("shape") or {}}
@@ -212,8 +198,8 @@ class Worker:
             if timed_out:
                 return Verdict(TIMEOUT, f"the worker's job process passed its {limit:.0f} s limit", **base).to_dict()
             tail = "\n".join((out or "").strip().splitlines()[-30:])
-            return Verdict(RUNTIME_ERROR, f"the worker's job process ended with code {proc.returncode} "
-                           f"after {time.monotonic() - start:.1f} s without a verdict:\n{tail}", **base).to_dict()
+            return Verdict(RUNTIME_ERROR, f"the worker's job process ended with code {child.returncode} "
+                           f"after {child.seconds:.1f} s without a verdict:\n{tail}", **base).to_dict()
         finally:
             shutil.rmtree(jobdir, ignore_errors=True)
 

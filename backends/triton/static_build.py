@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sys
-import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,14 +103,6 @@ def _fake_device_properties(arch):
     )
 
 
-def _candidate_trace(exc: BaseException, source: str) -> str:
-    """The exception and only the frames inside the candidate file (never our own machinery)."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == source]
-    lines = [f'  File "candidate.py", line {f.lineno}, in {f.name}\n    {f.line}' for f in frames]
-    message = "".join(traceback.format_exception_only(type(exc), exc)).strip().replace(source, "candidate.py")
-    return "\n".join(lines + [message])
-
-
 def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Path) -> dict:
     import torch
     import triton
@@ -119,7 +110,7 @@ def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Pat
     from triton.runtime.jit import JITFunction
 
     from xlang.archs import get_arch
-    from xlang.candidate import entry_arguments, load_module
+    from xlang.candidate import candidate_trace, entry_arguments, load_module
     from xlang.task import get_task
 
     arch, task = get_arch(arch_name), get_task(task_name)
@@ -151,7 +142,7 @@ def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Pat
     except triton.CompilationError as e:
         return {"ok": False, "error": str(e).replace(source, "candidate.py")}
     except Exception as e:  # noqa: BLE001 - the candidate's own failure, reported to the model
-        return {"ok": False, "error": _candidate_trace(e, source)}
+        return {"ok": False, "error": candidate_trace(e, {source})}
     finally:
         JITFunction.run = original_run
 

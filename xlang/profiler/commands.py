@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from xlang.errors import XlangError
+from xlang.task import format_shape
 
 console = Console()
 
@@ -79,7 +80,7 @@ def eval_command(
 
 def print_verdict(v) -> None:
     style = _STYLE.get(v.category, "red")
-    shape = ",".join(f"{k}={n}" for k, n in v.shape.items())
+    shape = format_shape(v.shape)
     console.print(f"[bold {style}]{v.category}[/bold {style}]  {v.lang} · {v.task} · {v.arch} · {shape}")
     console.print(v.detail, highlight=False, markup=False)
     if v.runtime_note:

@@ -22,6 +22,9 @@ import time
 import traceback
 from pathlib import Path
 
+from xlang.candidate import candidate_trace
+from xlang.task import format_shape
+
 NVTX_RANGE = "xlang_candidate"  # the same string as xlang.profiler.ncu.NVTX_RANGE
 
 
@@ -41,19 +44,6 @@ class _Progress:
 
 def seed_for(base: int, shape_index: int, trial: int) -> int:
     return base + 1000 * shape_index + trial
-
-
-def _candidate_trace(exc: BaseException, candidate_files: set[str]) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in candidate_files]
-    lines = [f'  File "{Path(f.filename).name}", line {f.lineno}, in {f.name}\n    {f.line}' for f in frames]
-    msg = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    if len(msg) > 3000:
-        msg = msg[:1500] + "\n...\n" + msg[-1500:]
-    return "\n".join(lines + [msg])
-
-
-def _format_shape(shape: dict) -> str:
-    return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
 # ---- correctness ------------------------------------------------------------------------------------
@@ -117,7 +107,7 @@ def compare_inputs(before: dict, after: dict) -> dict | None:
 def describe_failure(stats: dict, shape: dict, trial: int, seed: int, atol: float, rtol: float) -> str:
     f = stats["failure"]
     where = f"{stats['output']}[{', '.join(map(str, f['index']))}]"
-    ctx = f"(shape {_format_shape(shape)}, trial {trial}, seed {seed})"
+    ctx = f"(shape {format_shape(shape)}, trial {trial}, seed {seed})"
     if f["kind"] == "nan":
         return (f"{stats['output']}: {stats['nan']} of {stats['elements']} elements are NaN (left unwritten, or "
                 f"computed as NaN); first at {where}, expected {f['expected']:.6g} {ctx}")
@@ -141,7 +131,7 @@ def _call(entry, args, torch, candidate_files):
     except CandidateError:
         raise
     except Exception as e:  # noqa: BLE001 - the candidate's own failure
-        raise CandidateError(_candidate_trace(e, candidate_files)) from e
+        raise CandidateError(candidate_trace(e, candidate_files)) from e
     _sync_or_raise(torch)
 
 
@@ -152,21 +142,21 @@ def check_once(ctx, shape: dict, seed: int, shape_index: int, trial: int) -> dic
     from xlang.candidate import allocate_outputs, arguments
 
     task, entry, atol, rtol = ctx["task"], ctx["entry"], ctx["atol"], ctx["rtol"]
-    ctx["progress"](f"trial shape={_format_shape(shape)} trial={trial} seed={seed}: inputs")
+    ctx["progress"](f"trial shape={format_shape(shape)} trial={trial} seed={seed}: inputs")
     inputs = task.make_inputs(shape, seed, ctx["device"])
     clones = {k: v.clone() for k, v in inputs.items()}
     outputs = allocate_outputs(task, shape, ctx["device"])
     args = arguments(task, shape, {**inputs, **outputs})
-    ctx["progress"](f"trial shape={_format_shape(shape)} trial={trial} seed={seed}: candidate call")
+    ctx["progress"](f"trial shape={format_shape(shape)} trial={trial} seed={seed}: candidate call")
     _call(entry, args, torch, ctx["files"])
-    ctx["progress"](f"trial shape={_format_shape(shape)} trial={trial} seed={seed}: checking")
+    ctx["progress"](f"trial shape={format_shape(shape)} trial={trial} seed={seed}: checking")
     record = {"shape": shape, "trial": trial, "seed": seed, "outputs": []}
     changed = compare_inputs(clones, inputs)
     if changed:
         record["failure"] = (f"input {changed['input']} was modified by the candidate: {changed['changed']} of "
                              f"{changed['elements']} elements changed, first at {changed['input']}"
                              f"[{', '.join(map(str, changed['index']))}]: {changed['was']:.6g} -> {changed['now']:.6g} "
-                             f"(shape {_format_shape(shape)}, trial {trial}, seed {seed})")
+                             f"(shape {format_shape(shape)}, trial {trial}, seed {seed})")
         record["input_modified"] = changed
         return record
     reference = task.reference(clones, shape)
@@ -274,7 +264,7 @@ def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
 
     task, entry = ctx["task"], ctx["entry"]
     progress = ctx["progress"]
-    progress(f"timing shape={_format_shape(shape)} seed={seed}: setup")
+    progress(f"timing shape={format_shape(shape)} seed={seed}: setup")
     inputs = task.make_inputs(shape, seed, ctx["device"])
     clones = {k: v.clone() for k, v in inputs.items()}
     outputs = allocate_outputs(task, shape, ctx["device"])
@@ -431,7 +421,7 @@ def run(spec: dict, progress) -> dict:
     try:
         entry = backend.load_entry(build)
     except Exception as e:  # noqa: BLE001
-        return {"status": "runtime_error", "detail": "loading the candidate failed:\n" + _candidate_trace(e, files),
+        return {"status": "runtime_error", "detail": "loading the candidate failed:\n" + candidate_trace(e, files),
                 "fingerprint": fp}
     own = own_kernel_names(entry)
     ctx = {"task": task, "entry": entry, "device": "cuda", "atol": task.tolerance["atol"],
