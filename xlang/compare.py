@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,11 +20,6 @@ from pathlib import Path
 from xlang.errors import XlangError
 
 from xlang.store import DEFAULT_PATH as DEFAULT_STORE  # one default for every command
-STORE_ENV = "XLANG_STORE"
-
-
-def default_store() -> str:
-    return os.environ.get(STORE_ENV) or DEFAULT_STORE
 
 
 @dataclass

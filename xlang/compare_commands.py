@@ -42,7 +42,8 @@ def compare_command(
     """Run the language × architecture matrix (resumable) and print the main table."""
     from rich.console import Console
 
-    from xlang.compare import CompareConfig, default_store, print_table, run_compare, split_list, to_json
+    from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
+    from xlang.store import default_store
     from xlang.task import parse_shape
 
     console = Console(stderr=as_json, width=None if (sys.stderr if as_json else sys.stdout).isatty() else 200)
@@ -76,7 +77,7 @@ def report_command(
     """Write index.html (tables and plots), report.md and CSV/Parquet of every table from a results store."""
     from rich.console import Console
 
-    from xlang.compare import default_store
+    from xlang.store import default_store
     from xlang.report import source, tables, write_report
 
     console = Console()

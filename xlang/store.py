@@ -41,6 +41,12 @@ from pathlib import Path
 
 SCHEMA_VERSION = 1
 DEFAULT_PATH = "xlang-runs/results.db"
+STORE_ENV = "XLANG_STORE"
+
+
+def default_store() -> str:
+    """The results database every command uses when --store is not given: $XLANG_STORE, else DEFAULT_PATH."""
+    return os.environ.get(STORE_ENV) or DEFAULT_PATH
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -36,19 +36,18 @@ def run_command(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="name the run; an existing one is resumed"),
 ):
     """Run the agent loop: a model writes the task's kernel in a language for an architecture, turn by turn."""
-    import os
 
     from rich.console import Console
     from rich.table import Table
 
     from xlang.agent.loop import RunConfig, run
-    from xlang.store import DEFAULT_PATH
+    from xlang.store import default_store
     from xlang.task import parse_shape
 
     console = Console()
     lock = threading.Lock()
     cfg = RunConfig(task=task, lang=lang, arch=arch, model=model, turns=turns, samples=samples, docs=docs,
-                    profiler=profiler, store=store or os.environ.get("XLANG_STORE") or DEFAULT_PATH,
+                    profiler=profiler, store=store or default_store(),
                     max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),
                     temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id)
 
@@ -84,16 +83,15 @@ def trajectory_command(
 ):
     """Show stored runs, a run's turns, or one turn's exact prompt, reply, code, feedback or verdict."""
     import json
-    import os
     from pathlib import Path
 
     from rich.console import Console
     from rich.table import Table
 
     from xlang.errors import XlangError
-    from xlang.store import DEFAULT_PATH, Store
+    from xlang.store import Store, default_store
 
-    path = store or os.environ.get("XLANG_STORE") or DEFAULT_PATH
+    path = store or default_store()
     if not Path(path).is_file():
         raise XlangError(f"no results database at {path}")
     console = Console()
