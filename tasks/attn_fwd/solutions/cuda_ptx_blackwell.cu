@@ -351,6 +351,7 @@ attn_fwd_tcgen05(const __grid_constant__ CUtensorMap map_q, const __grid_constan
     for (int j = 0; j < nkb; ++j) {
       const int sb = j & 1;
       mbar_wait(&s_full[sb], (j >> 1) & 1);
+      __syncwarp();                                     // lanes leave the spin apart; ld/st are .aligned
       tc_fence_after();
       float s[BN];
 #pragma unroll
@@ -362,12 +363,11 @@ attn_fwd_tcgen05(const __grid_constant__ CUtensorMap map_q, const __grid_constan
         for (int i = 0; i < 32; ++i) s[32 * c + i] = __uint_as_float(v[i]);
       }
       if (j == nkb - 1) {                               // tail block (and, causal, the diagonal block)
-        const int key0 = j * BN;
+        // key = j*BN + c is masked when key >= S or (causal) key > row, i.e. when c >= lim.
+        const int lim = (CAUSAL ? min(S, row + 1) : S) - j * BN;
 #pragma unroll
-        for (int c = 0; c < BN; ++c) {
-          const int key = key0 + c;
-          if (key >= S || (CAUSAL && key > row)) s[c] = -INFINITY;
-        }
+        for (int c = 0; c < BN; ++c)
+          if (c >= lim) s[c] = -INFINITY;
       }
       float mx = s[0];
 #pragma unroll
@@ -378,21 +378,25 @@ attn_fwd_tcgen05(const __grid_constant__ CUtensorMap map_q, const __grid_constan
       const float ms = m_new == -INFINITY ? 0.f : m_new;           // a fully masked row gives 0, not NaN
       const float alpha = ex2(m - ms);                             // 1 when m did not move; 0 from -inf
       float sum = 0.f;
-      uint32_t p[BN / 2];
+      // P_j over the first 64 columns of S buffer sb: keys 2i, 2i+1 in column i (low half = even key).
+      // Every S value of the row is already in registers, so overwriting S columns is safe.
 #pragma unroll
-      for (int c = 0; c < BN; c += 2) {
-        const float p0 = ex2(fmaf(s[c], scale_log2, -ms));
-        const float p1 = ex2(fmaf(s[c + 1], scale_log2, -ms));
-        sum += p0 + p1;
-        p[c / 2] = pack_bf16(p0, p1);                   // low half = even key (column 2i), high = odd
+      for (int half = 0; half < 2; ++half) {
+        uint32_t p[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          const float p0 = ex2(fmaf(s[64 * half + 2 * i], scale_log2, -ms));
+          const float p1 = ex2(fmaf(s[64 * half + 2 * i + 1], scale_log2, -ms));
+          sum += p0 + p1;
+          p[i] = pack_bf16(p0, p1);
+        }
+        tmem_st32(t_lane + sb * BN + 32 * half, p);
       }
       l = l * alpha + sum;
-      // P_j over the first 64 columns of S buffer sb (keys 2i, 2i+1 in column i).
-      tmem_st32(t_lane + sb * BN, *reinterpret_cast<const uint32_t(*)[32]>(&p[0]));
-      tmem_st32(t_lane + sb * BN + 32, *reinterpret_cast<const uint32_t(*)[32]>(&p[32]));
       if (j >= 1) {
         // O holds blocks 0..j-1 only once PV_{j-1} completed; correct it before PV_j (ordered by p_full).
         mbar_wait(pv_done, (j - 1) & 1);
+        __syncwarp();
         tc_fence_after();
         if (__any_sync(0xffffffffu, m_new > m)) {       // warp-uniform: ld/st are warp-collective
 #pragma unroll 1
@@ -414,6 +418,7 @@ attn_fwd_tcgen05(const __grid_constant__ CUtensorMap map_q, const __grid_constan
 
     // ---- epilogue: O / l in bf16, LSE in natural log; nothing past row S or column D is written
     mbar_wait(pv_done, (nkb - 1) & 1);
+    __syncwarp();
     tc_fence_after();
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const bool row_ok = row < S;
