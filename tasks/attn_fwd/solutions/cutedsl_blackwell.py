@@ -314,7 +314,6 @@ def _attn_kernel(
         tmem.allocate(TMEM_COLS)
         tmem.wait_for_alloc()
         tmem_ptr = tmem.retrieve_ptr(ACC)
-        row = tidx                                   # tile row = TMEM lane (32x32b copies)
 
         # S buffer -> registers: 32x32b.x32, 4 copies over the 128 columns; thread t gets row t
         s_proto = cute.make_tensor(tmem_ptr + S_COL, s_layout)
@@ -322,6 +321,7 @@ def _attn_kernel(
         thr_ld_s = ld_s.get_slice(tidx)
         coord_s = thr_ld_s.partition_D(qk.partition_C(cute.make_identity_tensor((BM, BN))))   # (row, key) per value
         r_s = cute.make_rmem_tensor(coord_s.shape, ACC)
+        row = coord_s[0][0]                          # = tidx: tile row = TMEM lane; the columns are static
         n_s = cute.size(r_s)
 
         # registers -> P buffer: the bf16 row packed two per 32-bit column, i.e. the first BN/2 fp32
@@ -369,16 +369,15 @@ def _attn_kernel(
             s_pipe.consumer_release(s_get)          # the MMA warp may compute S[j+2] here
             s_get.advance()
 
-            # ---------------- mask (last key block only: the tail, and the causal diagonal)
+            # ---------------- mask (last key block only: the tail, and the causal diagonal). Column c of
+            # this row is live when c < limit; one select per value (a branch per value would make the
+            # DSL yield the whole row from every branch).
             if j == n_blocks - 1:
-                key0 = j * BN
+                limit = seqlen - j * BN
+                if cutlass.const_expr(causal):
+                    limit = cutlass.min(limit, q_row0 + row - j * BN + 1)
                 for i in cutlass.range_constexpr(n_s):
-                    key = key0 + coord_s[i][1]
-                    dead = key >= seqlen
-                    if cutlass.const_expr(causal):
-                        dead = dead | (key > q_row0 + coord_s[i][0])
-                    if dead:
-                        r_s[i] = -cutlass.Float32.inf
+                    r_s[i] = cutlass.Float32(cutlass.select_(coord_s[i][1] < limit, r_s[i], -math.inf))
 
             # ---------------- online softmax, exp2 domain, one row per thread
             mx = r_s[0]
