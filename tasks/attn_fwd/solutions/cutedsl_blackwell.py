@@ -253,6 +253,7 @@ def _attn_kernel(
         fK = qk.make_fragment_B(sK)        # (MMA, MMA_N, MMA_K, stages)
         fV = pv.make_fragment_B(sV)        # (MMA, MMA_N = dp, MMA_K = keys, stages)
         tmem.wait_for_alloc()
+        _fence_after_sync()
         tmem_ptr = tmem.retrieve_ptr(ACC)
         tO_acc = cute.make_tensor(tmem_ptr + O_COL, o_layout)
         # P as the TMEM A operand of O += P V: the (BM, BN) bf16 tile, K-major, two values per column
@@ -311,8 +312,10 @@ def _attn_kernel(
 
     if warp_id < SOFTMAX_WARPS:
         # ============================================================== softmax, correction, epilogue
-        tmem.allocate(TMEM_COLS)
+        tmem.allocate(TMEM_COLS)                     # warp 0 allocates all 512 columns
+        _fence_before_sync()
         tmem.wait_for_alloc()
+        _fence_after_sync()
         tmem_ptr = tmem.retrieve_ptr(ACC)
 
         # S buffer -> registers: 32x32b.x32, 4 copies over the 128 columns; thread t gets row t
