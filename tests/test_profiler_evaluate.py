@@ -173,3 +173,107 @@ def test_one_evaluation_at_a_time_per_gpu(tmp_path, monkeypatch):
         t.join()
     # Never two holders at once: every start is followed by its own end.
     assert all(events[i][0] == "start" and events[i + 1] == ("end", events[i][1]) for i in range(0, 6, 2))
+
+
+def test_cancelled_child_is_killed_at_once():
+    import threading
+
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    start = time.monotonic()
+    res = run_child([sys.executable, "-m", "xlang.profiler.selftest", "hang"], timeout=60, cancel=cancel)
+    assert res.cancelled and not res.timed_out and res.returncode is None
+    assert time.monotonic() - start < 10
+
+
+def _gate_child(tmp_path, gate, before, after):
+    cmd = [sys.executable, "-m", "xlang.profiler.selftest", "gate", str(gate.path), str(gate.waiting),
+           str(before), str(after)]
+    start = time.monotonic()
+    return run_child(cmd, timeout=999, deadline=gate.deadline(start))
+
+
+def test_timing_gate_stops_the_check_workers_clock_while_it_waits(tmp_path):
+    """The check worker has 3 s of its own; it waits 5 s at the gate and is not killed for that."""
+    import threading
+
+    gate = ev.TimingGate(tmp_path, limit_s=3.0)
+    threading.Timer(5.0, gate.open, kwargs={"go": True}).start()
+    res = _gate_child(tmp_path, gate, before=0.5, after=0.5)
+    assert not res.timed_out and res.returncode == 0 and res.stdout.strip() == "go"
+    assert res.seconds > 5.0
+
+
+def test_timing_gate_still_kills_a_worker_that_hangs_before_it(tmp_path):
+    gate = ev.TimingGate(tmp_path, limit_s=1.5)
+    res = _gate_child(tmp_path, gate, before=30, after=0)
+    assert res.timed_out and res.seconds < 10
+
+
+def test_timing_gate_kills_a_worker_that_hangs_after_it(tmp_path):
+    """After the gate opens, the remaining own time still applies (timing a kernel that never ends)."""
+    gate = ev.TimingGate(tmp_path, limit_s=2.0)
+    gate.open(go=False)
+    res = _gate_child(tmp_path, gate, before=0.2, after=30)
+    assert res.timed_out and res.stdout.strip() == "skip" and res.seconds < 10
+
+
+@pytest.mark.slow
+def test_memcheck_and_ncu_run_beside_the_check_and_timing_waits_for_them(tmp_path, monkeypatch):
+    """The orchestration of a full verdict with a fake GPU: the check worker's correctness runs while memcheck
+    and ncu run; its timing starts only after both are done ('go'), is skipped when one failed ('skip'), and
+    a failed check stops memcheck and ncu at once."""
+    import threading
+
+    _need_triton()
+    from xlang.archs import get_arch
+    from xlang.backend import build_candidate
+    from xlang.task import get_task
+
+    gemm = ROOT / "tests" / "kernels" / "triton" / "gemm_tma.py"
+    task, arch = get_task("gemm"), get_arch("h200")
+    build = build_candidate(gemm.read_text(), "triton", task, arch, task.shape(), workdir=tmp_path / "b")
+    assert build.ok, build.error
+    fake = tmp_path / "fake_worker.py"
+    fake.write_text(
+        "import json, os, sys, time\n"
+        "from xlang.profiler.worker import wait_at_gate\n"
+        "spec = json.load(open(sys.argv[1]))\n"
+        "status = os.environ['FAKE_STATUS']\n"
+        "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {},\n"
+        "       'correctness': {'passed': status == 'ok', 'shapes': spec['shapes'], 'trials_per_shape': 3, 'trials': []}}\n"
+        "if status == 'ok' and wait_at_gate(spec['timing'], lambda text: None):\n"
+        "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS',\n"
+        "                     'started': time.time()}\n"
+        "json.dump(res, open(spec['out'], 'w'))\n"
+    )
+    monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
+    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev, "worker_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    seen = {}
+
+    def fake_side(name, seconds, failure):
+        def stage(spec, workdir, options, gpu, *rest):
+            cancel = rest[-1]
+            cancelled = cancel.wait(seconds)
+            seen[name] = {"ended": time.time(), "cancelled": cancelled}
+            return {"ran": not cancelled, "families": {"wgmma": 1.0, "tma": 1.0}}, failure
+        return stage
+
+    def run(status, mem_failure=None, ncu_seconds=1.5):
+        seen.clear()
+        monkeypatch.setattr(ev, "memcheck_stage", fake_side("memcheck", 0.5, mem_failure))
+        monkeypatch.setattr(ev, "ncu_stage", fake_side("ncu", ncu_seconds, None))
+        opts = {"extra_env": {"FAKE_STATUS": status}, "seed": 5}
+        return ev.evaluate(build, "triton", task, arch, options=opts)
+
+    v = run("ok")
+    assert v.category == V.OK, v.detail
+    assert v.timing["started"] >= max(seen["memcheck"]["ended"], seen["ncu"]["ended"])  # timing waited for both
+    v = run("ok", mem_failure=(V.MEMORY_ERROR, "3 errors"))
+    assert v.category == V.MEMORY_ERROR and v.timing is None  # told to skip timing
+    start = time.monotonic()
+    v = run("incorrect", ncu_seconds=60)
+    assert v.category == V.INCORRECT and "C[3, 4]" in v.detail
+    assert seen["ncu"]["cancelled"] and time.monotonic() - start < 30

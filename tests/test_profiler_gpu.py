@@ -2,6 +2,7 @@
 category: the correct Triton and cuda_ptx GEMMs ok (HGMMA and UTMALDG executed, a speedup), and each
 deliberately broken one its own failure."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -93,9 +94,19 @@ def test_runtime_cublas_is_forbidden():
     assert v.executed["forbidden_kernels"]
 
 
+def test_incorrect_candidate_under_full_verdict_stops_memcheck_and_ncu():
+    """memcheck and ncu run beside the correctness trials; a failed check ends them and is the verdict."""
+    v = _eval(BAD / "off_by_one.py", "triton", SMALL)
+    assert v.category == V.INCORRECT, v.detail
+    assert v.fingerprint["seconds"] < 60
+
+
 def test_hang_is_timeout_and_next_candidate_runs():
-    v = _eval(BAD / "hang.py", "triton", SMALL, memcheck=False, ncu=False, check_timeout_s=45)
+    # Full verdict: memcheck and ncu hang beside the check too and are killed with it.
+    start = time.monotonic()
+    v = _eval(BAD / "hang.py", "triton", SMALL, check_timeout_s=30)
     assert v.category == V.TIMEOUT, v.detail
+    assert time.monotonic() - start < 75
     # The GPU is healthy afterwards: the next candidate is judged normally.
     v2 = _eval(KERNELS / "triton" / "gemm_tma.py", "triton", SMALL, memcheck=False, ncu=False)
     assert v2.category == V.OK, v2.detail

@@ -8,7 +8,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ class ChildResult:
     stderr: str
     timed_out: bool
     seconds: float
+    cancelled: bool = False  # killed because the caller no longer needed it
 
     @property
     def crashed_by_signal(self) -> str | None:
@@ -41,23 +44,36 @@ class ChildResult:
         return None
 
 
-def run_child(cmd: list[str], timeout: float, cwd: Path | None = None, env: dict | None = None) -> ChildResult:
-    """Run cmd; on timeout kill its whole process group (a hung kernel's host thread included)."""
+def run_child(cmd: list[str], timeout: float, cwd: Path | None = None, env: dict | None = None,
+              cancel: threading.Event | None = None, deadline: Callable[[], float] | None = None) -> ChildResult:
+    """Run cmd; on timeout kill its whole process group (a hung kernel's host thread included).
+
+    cancel: kill the child as soon as this event is set (its result is no longer wanted).
+    deadline: returns the current kill time on the time.monotonic() clock, polled while the child runs, so a
+    caller can extend it (the profiler's check worker while it waits for the GPU); it replaces timeout.
+    """
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=scrubbed_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True, stdin=subprocess.DEVNULL,
     )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        return ChildResult(proc.returncode, out, err, False, time.monotonic() - start)
-    except subprocess.TimeoutExpired:
+    kill_at = deadline or (lambda: start + timeout)
+    poll = 0.05 if (cancel is not None or deadline is not None) else None
+    while True:
+        wait = max(0.0, kill_at() - time.monotonic())
+        try:
+            out, err = proc.communicate(timeout=min(wait, poll) if poll else wait)
+            return ChildResult(proc.returncode, out, err, False, time.monotonic() - start)
+        except subprocess.TimeoutExpired:
+            cancelled = cancel is not None and cancel.is_set()
+            if not cancelled and time.monotonic() < kill_at():
+                continue
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         out, err = proc.communicate()
-        return ChildResult(None, out, err, True, time.monotonic() - start)
+        return ChildResult(None, out, err, not cancelled, time.monotonic() - start, cancelled=cancelled)
 
 
 def python_child(module: str, args: list[str], timeout: float, cwd: Path | None = None,

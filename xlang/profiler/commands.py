@@ -100,7 +100,10 @@ def print_verdict(v) -> None:
         console.print(table)
     t = v.timing or {}
     if t.get("candidate"):
-        table = Table(title=f"timing ({t['method']}, L2 flushed, shape {','.join(f'{a}={b}' for a, b in t['shape'].items())})")
+        spin = t.get("launch_spin_us") or {}
+        hidden = f", launch hidden by a {spin['candidate']:.0f}/{spin['baseline']:.0f} us spin" if spin else ""
+        table = Table(title=f"timing ({t['method']}, L2 flushed{hidden}, shape "
+                            f"{','.join(f'{a}={b}' for a, b in t['shape'].items())})")
         for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s"):
             table.add_column(col, justify="right")
         for label, key, tf in (("candidate", "candidate", t.get("tflops")),
@@ -121,7 +124,8 @@ def print_verdict(v) -> None:
     g = fp.get("gpu") or {}
     parts = []
     if g:  # no GPU fields when runtime did not run
-        parts.append(f"{g.get('name', '')} driver {g.get('driver', '')} SM {g.get('sm_clock_mhz', '?')} MHz")
+        when = " (after timing)" if g.get("clocks_sampled") else ""
+        parts.append(f"{g.get('name', '')} driver {g.get('driver', '')} SM {g.get('sm_clock_mhz', '?')} MHz{when}")
     versions = " ".join(f"{k} {fp[key]}" for k, key in (("torch", "torch"), ("CUDA", "cuda_runtime"),
                                                          ("triton", "triton")) if fp.get(key))
     parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]

@@ -3,10 +3,13 @@
 Stages, each stopping at the first failure (categories from xlang.verdict):
   static screen (forbidden_call) -> build (compile_error) -> static census (missing_instructions)
   -> GPU of the architecture's compute capability present? (else static_ok)
-  -> worker 'check' in a fresh process: correctness on every shape, then timing (runtime_error, timeout, incorrect)
-  -> worker 'once' under compute-sanitizer memcheck on the smallest shape (memory_error)
-  -> worker 'ncu' under Nsight Compute: kernels seen at run time (forbidden_call) and the required
-     instruction families' predicated-on threads in the candidate's own kernels (not_executed) -> ok.
+  -> three workers, each a fresh process, side by side:
+       'check': correctness on every shape (runtime_error, timeout, incorrect), then timing - which waits at a
+                gate until the other two have left the GPU, so nothing runs beside the timed kernels;
+       'once' under compute-sanitizer memcheck on the smallest shape (memory_error);
+       'ncu' under Nsight Compute: kernels seen at run time (forbidden_call) and the required instruction
+             families' predicated-on threads in the candidate's own kernels (not_executed)
+  -> ok. The check's failure comes first; memcheck's and ncu's next (a failure there skips timing).
 
 The parent never imports torch and never touches the GPU itself: every GPU step is a child process with a
 hard wall-clock limit (xlang.sandbox), so a hang, a crash or a poisoned CUDA context ends with that child.
@@ -21,8 +24,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,9 +58,13 @@ class EvalOptions:
     ncu_timeout_s: float = 300.0
     timing_budget_s: float = 0.6  # per timed function (candidate, baseline)
     ncu_shape: str = "default"  # "default" (the timed shape) or "smallest"
-    # Speed: run the correctness/timing worker while a Triton candidate's static build runs (the worker
-    # loads the .py itself; the build's verdict still comes first), and memcheck beside ncu (neither is timed).
+    # Speed: memcheck and ncu run beside the correctness trials (they count events, not time) and timing
+    # waits until they are done; a Triton candidate's GPU stages also start while its static build runs
+    # (the worker loads the .py itself; the build's verdict still comes first). False: one stage at a time.
     overlap: bool = True
+    # Timing inputs come from one fixed seed, so separate evaluations time the same data (random bf16 data
+    # moves the power draw and so the clock); correctness always uses fresh seeds.
+    timing_seed: int = 20_261_129
     workdir: Path | None = None
     label: str | None = None  # name for archived tool outputs
     archive: Path | None = None  # copy raw tool outputs here (also XLANG_PROFILER_ARCHIVE)
@@ -83,7 +91,7 @@ def worker_command(spec_path: Path) -> list[str]:
 
 
 def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, wrapper: list[str] | None = None,
-              env: dict | None = None, child_cmd: list[str] | None = None) -> StageRun:
+              env: dict | None = None, child_cmd: list[str] | None = None, cancel=None, deadline=None) -> StageRun:
     """Write the spec, run the worker (optionally under a tool), read its result."""
     spec = dict(spec)
     spec_path = workdir / f"{stage}.spec.json"
@@ -94,7 +102,8 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, wrapper: li
     spec_path.write_text(json.dumps(spec, default=str))
     cmd = (wrapper or []) + (child_cmd or worker_command(spec_path))
     start = time.monotonic()
-    child = run_child(cmd, timeout, cwd=workdir, env=env)
+    child = run_child(cmd, timeout, cwd=workdir, env=env, cancel=cancel,
+                      deadline=deadline(start) if deadline else None)
     out = Path(spec["out"])
     result = None
     if out.is_file():
@@ -133,6 +142,39 @@ def judge_stage(stage: str, run: StageRun, timeout: float) -> tuple[str, str] | 
     return V.RUNTIME_ERROR, run.result.get("detail", status or "runtime error")
 
 
+class TimingGate:
+    """The check worker times the candidate only when it has the GPU alone: memcheck and Nsight Compute run
+    beside its correctness trials, and the worker waits at this gate (a file: 'go' or 'skip') until they are
+    done. While it waits its clock stops, so its time limit covers its own work only."""
+
+    def __init__(self, workdir: Path, limit_s: float):
+        self.path, self.waiting = workdir / "timing.gate", workdir / "timing.waiting"
+        self.limit_s = limit_s
+        self.arrived: float | None = None
+        self.opened: float | None = None
+        for p in (self.path, self.waiting):
+            p.unlink(missing_ok=True)
+
+    def open(self, go: bool) -> None:
+        if self.opened is None:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("go" if go else "skip")
+            tmp.replace(self.path)  # atomic: the worker never reads half a word
+            self.opened = time.monotonic()
+
+    def deadline(self, start: float):
+        """The check worker's kill time, polled while it runs: start + limit + the time it waited here."""
+        def kill_at() -> float:
+            if self.arrived is None and self.waiting.exists():
+                self.arrived = time.monotonic()
+            if self.arrived is None:
+                return start + self.limit_s
+            if self.opened is None:
+                return float("inf")
+            return start + self.limit_s + max(0.0, self.opened - self.arrived)
+        return kill_at
+
+
 # ---- the stages ---------------------------------------------------------------------------------------
 
 def _smallest(shapes: list[dict]) -> dict:
@@ -154,7 +196,8 @@ def _worker_env(options: EvalOptions, gpu: dict, extra: dict | None = None) -> d
     return env
 
 
-def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict) -> tuple[dict, tuple | None]:
+def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict,
+                   cancel=None) -> tuple[dict, tuple | None]:
     tool = find_tool("compute-sanitizer")
     if tool is None:
         return {"ran": False, "note": "compute-sanitizer not found"}, None
@@ -164,7 +207,7 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict) -
     # No caching allocator: every tensor is its own allocation, so a read past its end is out of bounds.
     env = _worker_env(options, gpu, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
     run = run_stage(spec, workdir, "memcheck", options.memcheck_timeout_s,
-                    child_cmd=san_mod.command(str(tool), child), env=env)
+                    child_cmd=san_mod.command(str(tool), child), env=env, cancel=cancel)
     raw = run.child.stdout + "\n" + run.child.stderr
     (workdir / "memcheck.txt").write_text(raw)
     parsed = san_mod.parse_memcheck(raw)
@@ -207,7 +250,10 @@ def _ncu_imports(tool: str, report: Path, workdir: Path) -> list:
                          ncu_mod.parse_details_page(outputs.get("details", "")))
 
 
-def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, build, arch, required):
+def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, final_build, arch, required,
+              cancel=None):
+    """final_build: a callable giving the static build, asked for only after profiling (for a Triton
+    candidate the profiling starts while the static build is still running)."""
     tool = find_tool("ncu")
     if tool is None:
         return {"ran": False, "note": "ncu (Nsight Compute) not found"}, (
@@ -224,13 +270,13 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, build,
         report_file = Path(str(report) + ".ncu-rep")
         report_file.unlink(missing_ok=True)
         cmd = ncu_mod.profile_command(str(tool), str(report), child, replay=replay, nvtx=nvtx)
-        run = run_stage(spec, workdir, "ncu", options.ncu_timeout_s, child_cmd=cmd, env=env)
+        run = run_stage(spec, workdir, "ncu", options.ncu_timeout_s, child_cmd=cmd, env=env, cancel=cancel)
         (workdir / f"ncu_run_{replay}_{'nvtx' if nvtx else 'all'}.txt").write_text(
             run.child.stdout + "\n" + run.child.stderr)
         attempt = {"replay": replay, "nvtx": nvtx, "exit_code": run.child.returncode,
                    "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out}
         attempts.append(attempt)
-        if run.child.timed_out:
+        if run.child.timed_out or run.child.cancelled:
             break
         if report_file.is_file():
             profiles = _ncu_imports(str(tool), report_file, workdir)
@@ -246,6 +292,9 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, build,
         info["note"] = "Nsight Compute profiled no kernel"
         cat = judged[0] if judged and judged[0] == V.TIMEOUT else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
+    build = final_build()
+    if build is None or not build.ok:
+        return info, None  # the build failed: its verdict stands, nothing to judge here
     names = [k.name for k in build.kernels] + list((run.result or {}).get("own_kernels") or [])
     summary = ncu_mod.summarize(profiles, names, arch.families, required)
     info.update(summary)
@@ -337,12 +386,20 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
                            "workdir": str(workdir)}
 
-    pools: list = []
+    pool = ThreadPoolExecutor(3)
     held: list = []  # the GPU, while this evaluation uses it
+    side_cancel, check_cancel = threading.Event(), threading.Event()
+    gate: TimingGate | None = None
+    stage_seconds: dict = {}
+    verdict.fingerprint["stage_seconds"] = stage_seconds
 
     def finish(category: str, detail: str) -> V.Verdict:
-        for p in pools:
-            p.shutdown(wait=False)
+        # Stop whatever still runs (a stage whose verdict is no longer needed) before the GPU is let go.
+        side_cancel.set()
+        check_cancel.set()
+        if gate is not None:
+            gate.open(go=False)
+        pool.shutdown(wait=True)
         for lock in held:
             lock.release()
         verdict.category, verdict.detail = category, detail
@@ -365,29 +422,63 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "lang": lang, "task": task.name, "arch": arch.name, "seed": seed,
         "trials": options.trials, "shapes": shapes, "memcheck_shape": _smallest(shapes),
         "ncu_shape": shapes[0] if options.ncu_shape == "default" else _smallest(shapes),
-        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s},
+        "gpu_index": gpu.get("index") if gpu else None,
+        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": options.timing_seed},
     }
-    early_check = None
-    pool = ThreadPoolExecutor(2)
-    pools.append(pool)
+    side_by_side = gpu is not None and options.overlap and (options.memcheck or options.ncu)
+    if side_by_side and options.timing:
+        gate = TimingGate(workdir, options.check_timeout_s)
+        spec["timing"].update(gate=str(gate.path), gate_waiting=str(gate.waiting),
+                              gate_max_wait_s=options.memcheck_timeout_s + 3 * options.ncu_timeout_s + 60)
+
+    built = threading.Event()  # set once the static build is known (ncu names the candidate's kernels by it)
+    final: dict = {}
+
+    def final_build():
+        built.wait()
+        return final.get("build")
 
     def hold_gpu():  # one evaluation at a time per GPU: timings must not share the chip
         if not held:
             held.append(gpu_mod.Exclusive(gpu).acquire())
+
+    def start_check(stage_spec: dict):
+        return pool.submit(run_stage, {**stage_spec, "mode": "check"}, workdir, "check", options.check_timeout_s,
+                           env=_worker_env(options, gpu), cancel=check_cancel,
+                           deadline=gate.deadline if gate else None)
+
+    def timed(name, fn, *args):
+        t0 = time.monotonic()
+        out = fn(*args)
+        stage_seconds.setdefault(name, round(time.monotonic() - t0, 2))
+        return out
+
+    def start_side(stage_spec: dict):
+        mem = pool.submit(timed, "memcheck", memcheck_stage, stage_spec, workdir, options, gpu, side_cancel) \
+            if options.memcheck else None
+        ncu = pool.submit(timed, "ncu", ncu_stage, stage_spec, workdir, options, gpu, final_build, arch, required,
+                          side_cancel) if options.ncu else None
+        return mem, ncu
+
+    check_future = mem_future = ncu_future = None
     if build is None and gpu is not None and options.overlap and lang == "triton":
+        # A Triton candidate is a .py the worker loads itself: its GPU stages start while the static
+        # build (compile + census, a few seconds) runs; the build's verdict still comes first.
         early = workdir / "early"
         early.mkdir(exist_ok=True)
         (early / f"candidate{backend.suffix}").write_text(source)
         provisional = BuildResult(True, lang, task.name, arch.name, dict(shape), str(early),
                                   load_path=str(early / f"candidate{backend.suffix}"))
         hold_gpu()
-        early_check = pool.submit(run_stage, {**spec, "mode": "check", "build": provisional.to_dict()}, workdir,
-                                  "check", options.check_timeout_s, env=_worker_env(options, gpu))
+        early_spec = {**spec, "build": provisional.to_dict()}
+        check_future = start_check(early_spec)
+        if side_by_side:
+            mem_future, ncu_future = start_side(early_spec)
     if build is None:
         build = build_candidate(source, lang, task, arch, shape, required, workdir=workdir / "build")
+    final["build"] = build
+    built.set()
     verdict.build = build.to_dict()
-    if early_check is not None and (not build.ok or (build.census is not None and build.census.missing)):
-        early_check.result()  # never leave a worker behind; its verdict is not needed
     spec["build"] = build.to_dict()
     if not build.ok:
         return finish(V.COMPILE_ERROR, build.error or "the build failed")
@@ -405,40 +496,48 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     hold_gpu()
     fresh = gpu_mod._from_nvml() or [gpu]
     verdict.fingerprint["gpu"] = next((g for g in fresh if g.get("index") == gpu.get("index")), gpu)
-
     verdict.fingerprint.update(shapes=shapes, trials=options.trials,
                                seeds={"correctness": [[seed + 1000 * i + t for t in range(options.trials)]
                                                       for i in range(len(shapes))],
-                                      "timing": seed + 999, "memcheck": seed + 500, "ncu": seed + 700})
-    env = _worker_env(options, gpu)
-    if early_check is not None:
-        check = early_check.result()
-    else:
-        check = run_stage({**spec, "mode": "check"}, workdir, "check", options.check_timeout_s, env=env)
+                                      "timing": options.timing_seed, "memcheck": seed + 500, "ncu": seed + 700})
+
+    # Correctness, memcheck and ncu side by side (they count events, not time); timing waits at the gate.
+    if check_future is None:
+        check_future = start_check(spec)
+    if side_by_side and mem_future is None and ncu_future is None:
+        mem_future, ncu_future = start_side(spec)
+    side = [f for f in (mem_future, ncu_future) if f is not None]
+    while side and not all(f.done() for f in side):
+        wait([f for f in side + [check_future] if not f.done()], return_when=FIRST_COMPLETED)
+        if check_future.done() and judge_stage("check", check_future.result(), options.check_timeout_s):
+            break  # the check failed: that is the verdict, memcheck and ncu are stopped by finish()
+    side_results = [f.result() if f.done() else None for f in (mem_future, ncu_future) if f is not None]
+    if gate is not None and all(r is not None for r in side_results):
+        gate.open(go=not any(failure for _, failure in side_results))
+
+    check = check_future.result()
     if check.result:
         verdict.fingerprint.update(check.result.get("fingerprint") or {})
         verdict.correctness = _slim_correctness(check.result.get("correctness"))
         verdict.timing = check.result.get("timing")
-    verdict.fingerprint["stage_seconds"] = {"check": round(check.seconds, 2)}
+        if (verdict.timing or {}).get("clocks"):
+            verdict.fingerprint["gpu"] = {**verdict.fingerprint["gpu"], **verdict.timing["clocks"],
+                                          "clocks_sampled": "after the timed repetitions"}
+    stage_seconds["check"] = round(check.seconds, 2)
     judged = judge_stage("check", check, options.check_timeout_s)
     if judged:
         return finish(*judged)
 
-    def timed_ncu():
-        t0 = time.monotonic()
-        out = ncu_stage(spec, workdir, options, gpu, build, arch, required)
-        verdict.fingerprint["stage_seconds"]["ncu"] = round(time.monotonic() - t0, 2)
-        return out
-
-    # memcheck and ncu count events, not time: with options.overlap they run side by side.
-    mem_future = pool.submit(memcheck_stage, spec, workdir, options, gpu) if options.memcheck else None
-    if mem_future is not None and not options.overlap:
-        mem_future.result()
-    ncu_future = pool.submit(timed_ncu) if options.ncu else None
+    if not side_by_side:  # sequential: memcheck, then ncu, each after the check
+        if options.memcheck:
+            mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu)
+            mem_future.result()
+        if options.ncu:
+            ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, final_build, arch,
+                                     required)
     failure: tuple | None = None
     if mem_future is not None:
         verdict.memcheck, failure = mem_future.result()
-        verdict.fingerprint["stage_seconds"]["memcheck"] = verdict.memcheck.get("seconds")
     else:
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
@@ -447,7 +546,6 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             failure = ncu_failure
     else:
         verdict.executed = {"ran": False, "note": "skipped (--no-ncu): instructions not verified at run time"}
-    pool.shutdown()
     if failure:
         return finish(*failure)
     return finish(V.OK, _ok_detail(verdict, required))

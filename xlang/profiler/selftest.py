@@ -6,6 +6,8 @@
   segfault        dereference a null pointer
   abort           abort()
   exit N          exit with status N, writing nothing
+  gate GATE WAITING BEFORE AFTER   sleep BEFORE s, wait at the profiler's timing gate, print what it said,
+                  sleep AFTER s (the check worker's wait, without a GPU)
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ def main(argv: list[str]) -> int:
         os.abort()
     if mode == "exit":
         return int(argv[1])
+    if mode == "gate":
+        from xlang.profiler.worker import wait_at_gate
+
+        time.sleep(float(argv[3]))
+        go = wait_at_gate({"gate": argv[1], "gate_waiting": argv[2]}, lambda text: None)
+        print("go" if go else "skip", flush=True)
+        time.sleep(float(argv[4]))
+        return 0
     raise SystemExit(f"unknown mode {mode}")
 
 

@@ -208,18 +208,41 @@ def _stats(ms: list[float]) -> dict:
 
 class Timer:
     """Event timing with the L2 flushed before every repetition and the whole device synchronised around
-    it; a wall-clock cross-check catches work on streams the events do not see."""
+    it; a wall-clock cross-check catches work on streams the events do not see.
+
+    Host launch cost is hidden the same way for every timed function: after the flush the GPU spins for a
+    little longer than the function takes to enqueue its work (measured by hide_launch), so its first kernel
+    starts right at the start event, as in a stream of back-to-back calls (triton.testing.do_bench's case)."""
 
     def __init__(self, torch, flush_bytes: int):
         self.torch = torch
         self.flush = torch.empty(flush_bytes, dtype=torch.int8, device="cuda")
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
+        self.spin_cycles: dict = {}  # id(fn) -> GPU clock cycles to spin before its start event
+
+    def hide_launch(self, fn, n: int = 5, max_us: float = 1000.0) -> float:
+        """Measure fn's host enqueue time (median of n, GPU idle) and size its spin: 2x that + 20 us,
+        at most max_us. Returns the spin in microseconds."""
+        torch = self.torch
+        host = []
+        for _ in range(n):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            host.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        spin_us = min(max_us, 2 * sorted(host)[n // 2] + 20.0)
+        self.spin_cycles[id(fn)] = int(spin_us * 2000)  # cycles at 2 GHz: at least spin_us on any H100/H200/B200 clock
+        return spin_us
 
     def event_rep(self, fn) -> float:
         torch = self.torch
         torch.cuda.synchronize()
-        self.flush.zero_()  # evicts the L2; it also keeps the GPU busy while fn's launches are queued
+        self.flush.zero_()  # evicts the L2
+        cycles = self.spin_cycles.get(id(fn))
+        if cycles:
+            torch.cuda._sleep(cycles)  # the GPU waits here, not between the start event and fn's first kernel
         self.start.record()
         fn()
         self.end.record()
@@ -280,6 +303,7 @@ def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
         for _ in range(spec_timing.get("warmup_calls", 3)):
             fn()
         _sync_or_raise(torch)
+    spin_us = {"candidate": timer.hide_launch(cand), "baseline": timer.hide_launch(base)}
     est = {}
     for key, fn in (("candidate", cand), ("baseline", base)):
         est[key] = sorted(timer.event_rep(fn) for _ in range(5))[2]
@@ -296,7 +320,7 @@ def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
     samples = {"candidate": [], "baseline": []}
     reps_for = {}
     for key in samples:
-        per_rep = est[key] + 0.08 + flush_bytes / 3.0e9  # + sync and flush (ms)
+        per_rep = est[key] + 0.08 + flush_bytes / 3.0e9 + spin_us[key] / 1e3  # + sync, flush and spin (ms)
         reps_for[key] = int(min(spec_timing.get("max_reps", 2000),
                                 max(spec_timing.get("min_reps", 30), budget_ms / per_rep)))
     progress(f"timing: {reps_for} reps in {rounds} alternating rounds ({method})")
@@ -352,10 +376,37 @@ def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
         "roofline_floor_ms": floor,
         "beyond_roofline": bool(floor is not None and c_ms < floor),
         "side_work": side,
+        "launch_spin_us": spin_us,
         "side_stream_suspect": bool(suspect),
         "flush_bytes": flush_bytes,
         "recheck_failure": recheck,
     }
+
+
+def wait_at_gate(spec_timing: dict, progress) -> bool:
+    """Time only when the GPU is ours alone: the parent runs memcheck and Nsight Compute beside the
+    correctness trials and opens this gate (a file holding 'go' or 'skip') once they are done.
+    Without a gate (nothing runs beside us) timing starts at once."""
+    gate = spec_timing.get("gate")
+    if not gate:
+        return True
+    progress("timing: waiting for memcheck and Nsight Compute to leave the GPU")
+    Path(spec_timing["gate_waiting"]).touch()  # the parent stops our clock while we wait
+    give_up = time.monotonic() + float(spec_timing.get("gate_max_wait_s", 3600))  # the parent died
+    while not Path(gate).is_file():
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.005)
+    return Path(gate).read_text().strip() == "go"
+
+
+def gpu_clocks(nvml_index) -> dict:
+    """SM and memory clocks read right after the timed repetitions (an idle GPU reports its idle clock)."""
+    if nvml_index is None:
+        return {}
+    from xlang.profiler.gpu import nvml_clocks
+
+    return nvml_clocks(int(nvml_index))
 
 
 # ---- fingerprint --------------------------------------------------------------------------------------
@@ -436,8 +487,10 @@ def run(spec: dict, progress) -> dict:
             if not corr["passed"]:
                 result.update(status="incorrect", detail=corr["failure"])
                 return result
-            if spec.get("timing", {}).get("enabled", True):
-                timing = run_timing(ctx, shapes[0], spec["seed"] + 999, spec.get("timing", {}))
+            spec_timing = spec.get("timing", {})
+            if spec_timing.get("enabled", True) and wait_at_gate(spec_timing, progress):
+                timing = run_timing(ctx, shapes[0], spec_timing.get("seed", spec["seed"] + 999), spec_timing)
+                timing["clocks"] = gpu_clocks(spec.get("gpu_index"))
                 result["timing"] = timing
                 if timing["recheck_failure"]:
                     result.update(status="incorrect", detail=timing["recheck_failure"])
