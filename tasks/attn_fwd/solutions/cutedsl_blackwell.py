@@ -277,6 +277,7 @@ def _attn_kernel(
         for j in cutlass.range(cutlass.min(n_blocks, 2), unroll=1):
             s_pipe.producer_acquire(s_put)
             k_pipe.consumer_wait(k_get)
+            _fence_after_sync()
             mma_qk = _issue_qk(mma_qk, tmem_ptr + S_COL + BN * s_put.index, s_layout, fQ, fK, k_get.index)
             k_pipe.consumer_release(k_get)      # tcgen05.commit -> K slot empty
             k_get.advance()
@@ -295,9 +296,9 @@ def _attn_kernel(
             p_get.advance()
             o_pipe.producer_commit(o_put)       # O updated for block j
             o_put.advance()
-            # S[j+2] goes to the buffer the softmax warps released after reading S[j]. The range is
-            # split so that no pipeline state changes under a data-dependent branch: for the last two
-            # blocks the acquire/wait below would never be satisfied, so they are skipped by bound.
+            # S[j+2] goes to the buffer the softmax warps released after reading S[j]. Written as a loop
+            # of 0 or 1 trips (empty for the last two blocks, which have no block j+2) so that pipeline
+            # states never advance under a data-dependent `if` (the DSL cannot carry them out of it).
             for jj in cutlass.range(j + 2, cutlass.min(n_blocks, j + 3), unroll=1):
                 s_pipe.producer_acquire(s_put)
                 k_pipe.consumer_wait(k_get)
