@@ -425,8 +425,6 @@ def _attn_kernel(
         # ---------------- LSE and 1 / l
         o_pipe.consumer_wait(o_get)                 # last PV done: O final in TMEM
         _fence_after_sync()
-        if q_row0 + row < seqlen:
-            mLSE[(bh, q_row0 + row)] = (row_max + cute.math.log2(row_sum)) * LN2
         inv_l = cutlass.Float32(1.0) / row_sum
 
         # ---------------- epilogue: TMEM -> registers -> bf16 -> swizzled smem -> TMA store
@@ -443,6 +441,9 @@ def _attn_kernel(
                 r_out.store(r_o.load().to(AB))
                 cute.copy(r2s, r_src, s_dst[(None, None, None, c)])
         o_pipe.consumer_release(o_get)
+        # LSE after the last warp-collective TMEM load, so that this divergent store precedes no tcgen05.ld
+        if q_row0 + row < seqlen:
+            mLSE[(bh, q_row0 + row)] = (row_max + cute.math.log2(row_sum)) * LN2
         cute.arch.fence_proxy("async.shared", space="cta")
         _fence_before_sync()
         epi_sync.arrive_and_wait()
