@@ -49,11 +49,11 @@ def log(*a):
 
 # ----------------------------------------------------------------------------- timing
 def _timer():
-    """The profiler's Timer (xlang/profiler/worker.py: events, L2 flushed before every repetition, device
-    synchronised around it) when present; else triton.testing.do_bench's median."""
+    """The profiler's Timer (xlang/profiler/worker.py: back-to-back event pairs, L2 flushed before every
+    repetition) when present; else triton.testing.do_bench's median."""
     try:
         from xlang.profiler.worker import Timer
-        return "xlang.profiler Timer (events, L2 flush, sync; median)", Timer(torch, 512 << 20)
+        return "xlang.profiler Timer (back-to-back events, L2 flush; median)", Timer(torch, 512 << 20)
     except Exception:  # noqa: BLE001
         return "triton.testing.do_bench(median, L2 flush)", None
 
@@ -66,12 +66,8 @@ def time_ms(fn, budget_ms: float = 150.0) -> float:
         for _ in range(5):  # warm-up: module load, compilation, first-touch
             fn()
         torch.cuda.synchronize()
-        reps, total = [], 0.0
-        while (len(reps) < 20 or total < budget_ms) and len(reps) < 200:
-            t = _TIMER.event_rep(fn)
-            reps.append(t)
-            total += t
-        reps.sort()
+        first = sorted(_TIMER.event_batch(fn, 5))[2]
+        reps = sorted(_TIMER.event_batch(fn, int(min(200, max(20, budget_ms / max(first, 1e-3))))))
         return reps[len(reps) // 2]
     torch.cuda.synchronize()
     t = triton.testing.do_bench(fn, warmup=50, rep=150, return_mode="median")

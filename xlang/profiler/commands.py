@@ -100,9 +100,7 @@ def print_verdict(v) -> None:
         console.print(table)
     t = v.timing or {}
     if t.get("candidate"):
-        spin = t.get("launch_spin_us") or {}
-        hidden = f", launch hidden by a {spin['candidate']:.0f}/{spin['baseline']:.0f} us spin" if spin else ""
-        table = Table(title=f"timing ({t['method']}, L2 flushed{hidden}, shape "
+        table = Table(title=f"timing ({t['method']}, L2 flushed, shape "
                             f"{','.join(f'{a}={b}' for a, b in t['shape'].items())})")
         for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s"):
             table.add_column(col, justify="right")

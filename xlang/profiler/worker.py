@@ -207,47 +207,31 @@ def _stats(ms: list[float]) -> dict:
 
 
 class Timer:
-    """Event timing with the L2 flushed before every repetition and the whole device synchronised around
-    it; a wall-clock cross-check catches work on streams the events do not see.
-
-    Host launch cost is hidden the same way for every timed function: after the flush the GPU spins for a
-    little longer than the function takes to enqueue its work (measured by hide_launch), so its first kernel
-    starts right at the start event, as in a stream of back-to-back calls (triton.testing.do_bench's case)."""
+    """How a function is timed (candidate and baseline alike), in the manner of triton.testing.do_bench:
+    batches of back-to-back calls on the harness stream, the L2 flushed before every call, a CUDA event pair
+    around each call, one device-wide synchronisation per batch. The host enqueues ahead of the GPU, so a
+    Python launch cost does not show as idle GPU time. Work on other streams is invisible to those events:
+    side_work() compares wall clock with events first, and a candidate caught there is timed by wall_rep
+    (device-wide sync around every call) instead."""
 
     def __init__(self, torch, flush_bytes: int):
         self.torch = torch
         self.flush = torch.empty(flush_bytes, dtype=torch.int8, device="cuda")
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
-        self.spin_cycles: dict = {}  # id(fn) -> GPU clock cycles to spin before its start event
 
-    def hide_launch(self, fn, n: int = 5, max_us: float = 1000.0) -> float:
-        """Measure fn's host enqueue time (median of n, GPU idle) and size its spin: 2x that + 20 us,
-        at most max_us. Returns the spin in microseconds."""
+    def event_batch(self, fn, n: int) -> list[float]:
         torch = self.torch
-        host = []
-        for _ in range(n):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        torch.cuda.synchronize()
+        for start, end in zip(starts, ends):
+            self.flush.zero_()  # evicts the L2
+            start.record()
             fn()
-            host.append((time.perf_counter() - t0) * 1e6)
+            end.record()
         torch.cuda.synchronize()
-        spin_us = min(max_us, 2 * sorted(host)[n // 2] + 20.0)
-        self.spin_cycles[id(fn)] = int(spin_us * 2000)  # cycles at 2 GHz: at least spin_us on any H100/H200/B200 clock
-        return spin_us
-
-    def event_rep(self, fn) -> float:
-        torch = self.torch
-        torch.cuda.synchronize()
-        self.flush.zero_()  # evicts the L2
-        cycles = self.spin_cycles.get(id(fn))
-        if cycles:
-            torch.cuda._sleep(cycles)  # the GPU waits here, not between the start event and fn's first kernel
-        self.start.record()
-        fn()
-        self.end.record()
-        torch.cuda.synchronize()  # device-wide: every stream's work has finished
-        return self.start.elapsed_time(self.end)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
     def wall_rep(self, fn) -> float:
         torch = self.torch
@@ -303,31 +287,35 @@ def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
         for _ in range(spec_timing.get("warmup_calls", 3)):
             fn()
         _sync_or_raise(torch)
-    spin_us = {"candidate": timer.hide_launch(cand), "baseline": timer.hide_launch(base)}
-    est = {}
-    for key, fn in (("candidate", cand), ("baseline", base)):
-        est[key] = sorted(timer.event_rep(fn) for _ in range(5))[2]
+    est = {key: sorted(timer.event_batch(fn, 5))[2] for key, fn in (("candidate", cand), ("baseline", base))}
 
     side = {k: timer.side_work(fn) for k, fn in (("candidate", cand), ("baseline", base))}
     cg = side["candidate"]
     # Work outside the harness stream (or host work after the last launch) shows as wall >> events.
     suspect = cg["gap_ms"] > max(0.05, 0.15 * cg["event_ms"]) + max(0.0, side["baseline"]["gap_ms"])
-    method = "wall_clock_device_sync" if suspect else "cuda_events_device_sync"
-    rep = timer.wall_rep if suspect else timer.event_rep
+    method = "wall_clock_device_sync" if suspect else "cuda_events_back_to_back"
 
     budget_ms = spec_timing.get("budget_s", 0.6) * 1e3
     rounds = max(1, spec_timing.get("rounds", 4))
     samples = {"candidate": [], "baseline": []}
     reps_for = {}
     for key in samples:
-        per_rep = est[key] + 0.08 + flush_bytes / 3.0e9 + spin_us[key] / 1e3  # + sync, flush and spin (ms)
+        per_rep = est[key] + flush_bytes / 3.0e9 + (0.08 if suspect else 0.0)  # + flush (+ sync) (ms)
         reps_for[key] = int(min(spec_timing.get("max_reps", 2000),
                                 max(spec_timing.get("min_reps", 30), budget_ms / per_rep)))
+    # Bring the GPU to the clock it holds under sustained load (it starts an evaluation cool) before measuring.
+    warm_ms = spec_timing.get("sustain_s", 0.3) * 1e3
+    for key, fn in (("candidate", cand), ("baseline", base)):
+        timer.event_batch(fn, int(min(2000, max(3, warm_ms / 2 / (est[key] + flush_bytes / 3.0e9)))))
     progress(f"timing: {reps_for} reps in {rounds} alternating rounds ({method})")
     for _ in range(rounds):
         for key, fn in (("baseline", base), ("candidate", cand)):
             n = max(1, reps_for[key] // rounds)
-            samples[key].extend(rep(fn) for _ in range(n))
+            if suspect:
+                samples[key].extend(timer.wall_rep(fn) for _ in range(n))
+            else:
+                samples[key].extend(timer.event_batch(fn, n))
+    _sync_or_raise(torch)
 
     # The timed calls must still compute the function: poison the outputs, call once, check again
     # (a candidate that skips work when it sees the same pointers again fails here).
@@ -376,7 +364,6 @@ def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
         "roofline_floor_ms": floor,
         "beyond_roofline": bool(floor is not None and c_ms < floor),
         "side_work": side,
-        "launch_spin_us": spin_us,
         "side_stream_suspect": bool(suspect),
         "flush_bytes": flush_bytes,
         "recheck_failure": recheck,
