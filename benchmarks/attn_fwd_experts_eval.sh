@@ -18,7 +18,8 @@ one() {  # one NAME LANG TASK [xlang eval options...]
   if [ "$left" -lt 20 ]; then echo "$name: skipped (${left}s left)" | tee -a "$OUT/summary.txt"; return; fi
   timeout $(( left < 150 ? left : 150 )) python3 -m xlang eval expert --lang "$lang" --task "$task" --arch h100 \
     --timeout 120 "$@" > "$OUT/$name.log" 2>&1
-  echo "$name: $(head -c 600 "$OUT/$name.log" | sed -n 2p)" | tee -a "$OUT/summary.txt"
+  local verdict=$(grep -m1 -A1 -E '^(ok|static_ok|incorrect|runtime_error|timeout|memory_error|not_executed|forbidden_call|compile_error|missing_instructions|no_code) ' "$OUT/$name.log" | tr '\n' ' ')
+  echo "$name: ${verdict:-$(tail -n 3 "$OUT/$name.log" | tr '\n' ' ')}" | cut -c1-400 | tee -a "$OUT/summary.txt"
 }
 for lang in $LANGS; do
   one ${lang}_fwd_d128 $lang attn_fwd
