@@ -3,7 +3,8 @@
 # memcheck, ncu, timing vs cuDNN) at D=128 for attn_fwd and attn_fwd_causal, then correctness + timing only
 # (--no-memcheck --no-ncu, device time) at D=64, D=96 and GQA (HKV=8). B=4, H=48, S=4096 (the task default).
 # Usage (device run, repo root, carry .cutedsl for CuTe DSL): bash benchmarks/attn_fwd_experts_eval.sh
-#   LANGS="triton cuda_ptx cutedsl"  BUDGET_S=400
+#   LANGS="triton cuda_ptx cutedsl"  BUDGET_S=400  LIGHT= (full verdicts everywhere)  SKIP_D128=1
+# Every log is also packed into $OUT/attn_fwd_logs.tgz (the device returns a limited number of files).
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=160 XLANG_CACHE=${XLANG_CACHE:-/tmp/xlang-cache}
 OUT=${OUT:-/tmp/attn_fwd_out}; mkdir -p "$OUT"
 LANGS=${LANGS:-triton cuda_ptx cutedsl}
@@ -21,11 +22,11 @@ one() {  # one NAME LANG TASK [xlang eval options...]
   local verdict=$(grep -m1 -A1 -E '^(ok|static_ok|incorrect|runtime_error|timeout|memory_error|not_executed|forbidden_call|compile_error|missing_instructions|no_code) ' "$OUT/$name.log" | tr '\n' ' ')
   echo "$name: ${verdict:-$(tail -n 3 "$OUT/$name.log" | tr '\n' ' ')}" | cut -c1-400 | tee -a "$OUT/summary.txt"
 }
-for lang in $LANGS; do
+if [ -z "$SKIP_D128" ]; then for lang in $LANGS; do
   one ${lang}_fwd_d128 $lang attn_fwd
   one ${lang}_causal_d128 $lang attn_fwd_causal
-done
-LIGHT="--no-memcheck --no-ncu"
+done; fi
+LIGHT=${LIGHT---no-memcheck --no-ncu}  # LIGHT= (empty) for the full verdict at every head dim too
 for lang in $LANGS; do
   for d in 64 96; do
     one ${lang}_fwd_d$d $lang attn_fwd $LIGHT --shape D=$d
@@ -33,3 +34,4 @@ for lang in $LANGS; do
   done
   one ${lang}_fwd_gqa8 $lang attn_fwd $LIGHT --shape HKV=8
 done
+tar czf "$OUT/attn_fwd_logs.tgz" -C "$OUT" $(cd "$OUT" && ls *.log summary.txt 2>/dev/null)
