@@ -108,10 +108,23 @@ def test_compile_error(tmp_path):
     assert v.category == V.COMPILE_ERROR
 
 
-@pytest.mark.slow
-def test_static_ok_without_gpu_and_fake_worker_categories(tmp_path, monkeypatch):
-    """Build the real Triton GEMM; with runtime off it is static_ok; with a fake GPU and a fake worker the
-    worker's report becomes the verdict (incorrect / ok with timing), the parent never importing torch."""
+# A stand-in for the GPU worker: reports FAKE_STATUS; when ok, waits at the timing gate (if any) first.
+FAKE_WORKER = (
+    "import json, os, sys, time\n"
+    "from xlang.profiler.worker import wait_at_gate\n"
+    "spec = json.load(open(sys.argv[1]))\n"
+    "status = os.environ['FAKE_STATUS']\n"
+    "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {'torch': 'fake'},\n"
+    "       'correctness': {'passed': status == 'ok', 'shapes': spec['shapes'], 'trials_per_shape': 3, 'trials': []}}\n"
+    "if status == 'ok' and wait_at_gate(spec['timing'], lambda text: None):\n"
+    "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS',\n"
+    "                     'started': time.time()}\n"
+    "json.dump(res, open(spec['out'], 'w'))\n"
+)
+
+
+def _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch):
+    """The real Triton GEMM built for h200, with evaluate() pointed at a fake H200 and FAKE_WORKER."""
     _need_triton()
     from xlang.archs import get_arch
     from xlang.backend import build_candidate
@@ -121,23 +134,23 @@ def test_static_ok_without_gpu_and_fake_worker_categories(tmp_path, monkeypatch)
     task, arch = get_task("gemm"), get_arch("h200")
     build = build_candidate(gemm.read_text(), "triton", task, arch, task.shape(), workdir=tmp_path / "b")
     assert build.ok, build.error
-    v = ev.evaluate(build, "triton", task, arch, options={"run": "never"})
-    assert v.category == V.STATIC_OK and not v.runtime_ran
-
     fake = tmp_path / "fake_worker.py"
-    fake.write_text(
-        "import json, sys, os\n"
-        "spec = json.load(open(sys.argv[1]))\n"
-        "status = os.environ['FAKE_STATUS']\n"
-        "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {'torch': 'fake'},\n"
-        "       'correctness': {'passed': status == 'ok', 'shapes': spec['shapes'], 'trials_per_shape': 3, 'trials': []}}\n"
-        "if status == 'ok':\n"
-        "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS'}\n"
-        "json.dump(res, open(spec['out'], 'w'))\n"
-    )
+    fake.write_text(FAKE_WORKER)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
     monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
     monkeypatch.setattr(ev, "worker_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    return task, arch, build
+
+
+@pytest.mark.slow
+def test_static_ok_without_gpu_and_fake_worker_categories(tmp_path, monkeypatch):
+    """Build the real Triton GEMM; with runtime off it is static_ok; with a fake GPU and a fake worker the
+    worker's report becomes the verdict (incorrect / ok with timing), the parent never importing torch."""
+    task, arch, build = _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch)
+    v = ev.evaluate(build, "triton", task, arch, options={"run": "never"})
+    assert v.category == V.STATIC_OK and not v.runtime_ran
+
     opts = {"memcheck": False, "ncu": False, "extra_env": {"FAKE_STATUS": "incorrect"}, "seed": 11}
     v = ev.evaluate(build, "triton", task, arch, options=opts)
     assert v.category == V.INCORRECT and "C[3, 4]" in v.detail and v.runtime_ran
@@ -223,34 +236,7 @@ def test_memcheck_and_ncu_run_beside_the_check_and_timing_waits_for_them(tmp_pat
     """The orchestration of a full verdict with a fake GPU: the check worker's correctness runs while memcheck
     and ncu run; its timing starts only after both are done ('go'), is skipped when one failed ('skip'), and
     a failed check stops memcheck and ncu at once."""
-    import threading
-
-    _need_triton()
-    from xlang.archs import get_arch
-    from xlang.backend import build_candidate
-    from xlang.task import get_task
-
-    gemm = ROOT / "tests" / "kernels" / "triton" / "gemm_tma.py"
-    task, arch = get_task("gemm"), get_arch("h200")
-    build = build_candidate(gemm.read_text(), "triton", task, arch, task.shape(), workdir=tmp_path / "b")
-    assert build.ok, build.error
-    fake = tmp_path / "fake_worker.py"
-    fake.write_text(
-        "import json, os, sys, time\n"
-        "from xlang.profiler.worker import wait_at_gate\n"
-        "spec = json.load(open(sys.argv[1]))\n"
-        "status = os.environ['FAKE_STATUS']\n"
-        "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {},\n"
-        "       'correctness': {'passed': status == 'ok', 'shapes': spec['shapes'], 'trials_per_shape': 3, 'trials': []}}\n"
-        "if status == 'ok' and wait_at_gate(spec['timing'], lambda text: None):\n"
-        "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS',\n"
-        "                     'started': time.time()}\n"
-        "json.dump(res, open(spec['out'], 'w'))\n"
-    )
-    monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
-    monkeypatch.setattr(ev, "worker_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    task, arch, build = _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch)
     seen = {}
 
     def fake_side(name, seconds, failure):

@@ -70,25 +70,6 @@ def _from_nvml() -> list[dict] | None:
             pass
 
 
-def nvml_clocks(index: int) -> dict:
-    """The clocks, temperature and power limit of one GPU now ({} without NVML)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no nvidia-ml-py, or no driver
-        return {}
-    try:
-        return _nvml_clocks(pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
-    except Exception:  # noqa: BLE001
-        return {}
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
-
-
 def _nvml_clocks(pynvml, handle) -> dict:
     out = {}
     for key, fn, kind in (

@@ -388,12 +388,11 @@ def wait_at_gate(spec_timing: dict, progress) -> bool:
 
 
 def gpu_clocks(nvml_index) -> dict:
-    """SM and memory clocks read right after the timed repetitions (an idle GPU reports its idle clock)."""
-    if nvml_index is None:
-        return {}
-    from xlang.profiler.gpu import nvml_clocks
+    """The GPU as NVML sees it (clocks, temperature) right after the timed repetitions: read before them, an
+    idle GPU reports its idle clock."""
+    from xlang.profiler.gpu import _from_nvml
 
-    return nvml_clocks(int(nvml_index))
+    return next((g for g in _from_nvml() or () if g.get("index") == nvml_index), {})
 
 
 # ---- fingerprint --------------------------------------------------------------------------------------
