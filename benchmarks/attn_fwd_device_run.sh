@@ -5,16 +5,8 @@
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=150
 OUT=${OUT:-/tmp/attn_fwd_out}; mkdir -p "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-230} ))
-step() {  # step NAME CAP_S CMD...
-  local name=$1 cap=$2; shift 2
-  local left=$(( END - $(date +%s) )); local t=$(( left < cap ? left : cap ))
-  if [ "$t" -lt 15 ]; then echo "== $name: skipped, ${left}s left"; return; fi
-  echo "== $name (limit ${t}s): $*"
-  local t0=$(date +%s)
-  timeout "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "-- rc=$rc in $(( $(date +%s) - t0 ))s"
-  grep -v '^\s*$' "$OUT/$name.log" | tail -n 40
-}
+TAIL=40  # lines of each log shown
+source benchmarks/device_step.sh
 EV="python3 -m xlang eval --lang triton --arch h100 --no-memcheck"
 step fwd_d128    110 $EV expert --task attn_fwd
 step causal_d128 100 $EV expert --task attn_fwd_causal

@@ -6,17 +6,7 @@
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 COLUMNS=150
 OUT=${OUT:-/tmp/attn_fwd_out}; mkdir -p "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
-step() {  # step NAME CAP_S CMD...
-  local name=$1 cap=$2; shift 2
-  local left=$(( END - $(date +%s) )); local t=$(( left < cap ? left : cap ))
-  if [ "$t" -lt 15 ]; then echo "== $name: skipped, ${left}s left"; return 1; fi
-  echo "== $name (limit ${t}s): $*"
-  local t0=$(date +%s)
-  timeout "$t" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  echo "-- rc=$rc in $(( $(date +%s) - t0 ))s"
-  grep -v '^\s*$' "$OUT/$name.log" | tail -n ${TAIL:-45}
-  return $rc
-}
+source benchmarks/device_step.sh
 SHAPES="--shape S=1000,B=1,H=2,HKV=2 --shape S=300,B=1,H=4,HKV=1,D=96 --shape S=130,B=2,H=2,HKV=2,D=64 --shape S=64,B=1,H=1,HKV=1"
 PROBE="python3 benchmarks/attn_fwd_expert_probe.py"
 LANGS=${LANGS:-cuda_ptx cutedsl}
