@@ -66,3 +66,64 @@ class Verdict:
     @classmethod
     def from_dict(cls, d: dict) -> "Verdict":
         return cls(**d)
+
+
+def scores(verdict: dict | None) -> dict:
+    """The scoring fields of a stored verdict (a Verdict.to_dict(), read defensively), as the tables count them:
+
+      compiled             the candidate built
+      census_ok            the required families are in its SASS (None: not known, e.g. it did not compile)
+      correct              it computed the function on fresh random inputs at run time
+      executed_ok          the required families executed at run time (None: not measured)
+      correct_with_target  correct AND census_ok AND executed_ok is True (never for a static-only verdict)
+      speedup              over the vendor baseline, when correct (else None)
+      runtime_ran          the runtime stages ran
+
+    A verdict that carries the fields (compiled, census_ok, correct, executed_ok) is read as it is; an older one,
+    which has only its category, gets them derived from the category and its build's census."""
+    v = verdict or {}
+    category = v.get("category") or ""
+    build = v.get("build") or {}
+    census = build.get("census") or {}
+
+    if isinstance(v.get("compiled"), bool):
+        compiled = v["compiled"]
+    elif build:
+        compiled = bool(build.get("ok"))
+    else:
+        compiled = category not in ("", NO_CODE, COMPILE_ERROR)
+
+    if "census_ok" in v:
+        census_ok = v["census_ok"]
+    elif not compiled:
+        census_ok = None
+    elif census:
+        census_ok = not census.get("missing")
+    elif category == MISSING_INSTRUCTIONS:
+        census_ok = False
+    elif category in CATEGORIES[CATEGORIES.index(MISSING_INSTRUCTIONS) + 1:]:
+        census_ok = True  # a later stage was reached, so the census passed
+    else:
+        census_ok = None
+
+    correct = v["correct"] if isinstance(v.get("correct"), bool) else category in CORRECT
+
+    if "executed_ok" in v:
+        executed_ok = v["executed_ok"]
+    elif category == OK:
+        executed_ok = True
+    elif category == NOT_EXECUTED:
+        executed_ok = False
+    else:
+        executed_ok = None
+
+    speedup = (v.get("timing") or {}).get("speedup") if correct else None
+    return {
+        "compiled": compiled,
+        "census_ok": census_ok,
+        "correct": correct,
+        "executed_ok": executed_ok,
+        "correct_with_target": bool(correct and census_ok is True and executed_ok is True),
+        "speedup": speedup,
+        "runtime_ran": bool(v.get("runtime_ran")),
+    }
