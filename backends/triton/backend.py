@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlang.backend import (TORCH_COMPUTE_FORBIDDEN, BuildResult, KernelImage, PythonModuleBackend, cache_dir,
+from xlang.backend import (TORCH_COMPUTE_FORBIDDEN, BuildResult, KernelImage, PythonModuleBackend,
                            run_build_child, trim_log)
 
 BUILD_TIMEOUT_S = 300
@@ -26,7 +26,7 @@ class TritonBackend(PythonModuleBackend):
         result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
         data, result.error, stdout = run_build_child(
             "backends.triton.static_build", source_path, task, arch, shape, workdir,
-            env={"TRITON_CACHE_DIR": str(cache_dir("triton"))}, timeout_s=BUILD_TIMEOUT_S,
+            env={}, timeout_s=BUILD_TIMEOUT_S,
             what="import and entry point with the recording driver")
         if data is not None:
             result.ok = data["ok"]
