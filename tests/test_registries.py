@@ -1,5 +1,6 @@
 """Tasks and architectures: what the registries hold, and that bad names fail in one clear line."""
 
+import random
 import subprocess
 import sys
 
@@ -56,10 +57,13 @@ def test_unknown_names_are_one_line_errors():
 
 def test_shapes_are_parameters_checked_by_the_contract():
     attn = get_task("attn_fwd")
-    gqa = attn.shape(parse_shape("HKV=8,D=96"))
+    asked = parse_shape("HKV=8,D=96")
+    gqa = attn.shape(asked)
     assert gqa["H"] == 48 and gqa["HKV"] == 8 and gqa["D"] == 96
-    for small in attn.test_shapes(gqa)[1:]:
-        assert small["H"] // small["HKV"] == 6 and small["D"] == 96 and small["S"] % 128
+    drawn = attn.draw_shapes(gqa, random.Random(0), 3, fixed=asked)
+    assert drawn[0] == gqa and len(drawn) == 4
+    for small in drawn[1:]:
+        assert small["H"] == 48 and small["HKV"] == 8 and small["D"] == 96 and small["S"] % 16
     with pytest.raises(XlangError, match="D must be one of"):
         attn.shape({"D": 80})
     with pytest.raises(XlangError, match="multiple of HKV"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import random
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -109,11 +110,13 @@ class Task:
     default_shape: dict[str, int]
     tolerance: dict[str, float]  # atol, rtol, applied per element as in torch.allclose
     flops: Callable[[dict], float]
-    make_inputs: Callable[..., dict]  # (shape, seed, device) -> {name: tensor}
+    make_inputs: Callable[..., dict]  # (shape, seed, device, kind="normal") -> {name: tensor}
     reference: Callable[..., dict]  # (inputs, shape) -> {output name: fp32 tensor}
     baseline: Callable[..., Callable[[], None]]  # (inputs, shape) -> a call that runs the vendor kernel
     baseline_name: str
-    test_shapes_for: Callable[[dict], list[dict]]  # smaller, differently sized shapes the contract allows
+    # (rng, shape, fixed) -> one shape from the contract's allowed space, drawn with rng, keeping shape[k] for
+    # every k in fixed (and whatever variant those sizes define); see draw_shapes.
+    draw_shape: Callable[[random.Random, dict, frozenset], dict]
     check_shape: Callable[[dict], None]  # raises ValueError with the rule that is broken
     required: dict[str, tuple[str, ...]] = field(default_factory=dict)  # generation -> families (else arch default)
     min_bytes: Callable[[dict], float] | None = None  # fewest bytes moved, for the roofline
@@ -122,6 +125,9 @@ class Task:
     shown_reference: tuple[Callable, ...] = ()
     reference_call: str = ""
     solution_variant: SolutionVariant | None = None  # experts come from another task, constants set
+    # Value distributions make_inputs knows; the judge cycles through them across trials (input_kind(trial)).
+    # "normal" (N(0,1)) is first; the others are adversarial for precision shortcuts (see the task's module).
+    input_kinds: tuple[str, ...] = ("normal",)
 
     def shape(self, overrides: dict[str, int] | None = None) -> dict[str, int]:
         shape = dict(self.default_shape)
@@ -135,8 +141,39 @@ class Task:
             raise XlangError(f"shape {format_shape(shape)} is not allowed for {self.name}: {e}") from None
         return shape
 
+    def draw_shapes(self, shape: dict[str, int], rng: random.Random, n: int,
+                    fixed=()) -> list[dict[str, int]]:
+        """The correctness shapes of one evaluation: `shape` (the timed one) first, then up to n shapes drawn
+        with rng from the contract's whole allowed space (tails against usual tiles, every head dim and GQA
+        group the contract allows; sizes bounded so the fp32 reference stays cheap).
+
+        `fixed`: size names the caller set explicitly (e.g. parse_shape("D=96,HKV=8").keys()); every drawn
+        shape keeps shape[k] for those, and the variant they define (attention: fixing H or HKV keeps the GQA
+        group H // HKV). Drawn shapes are distinct from each other and from `shape`: fewer than n come back
+        only when the fixed sizes leave fewer. Same rng state, same shapes; the judge seeds rng and records
+        the seed and the shapes in the verdict."""
+        fixed = frozenset(fixed)
+        unknown = fixed - set(shape)
+        if unknown:
+            raise XlangError(f"task {self.name} has no size '{sorted(unknown)[0]}' (its sizes: {', '.join(shape)})")
+        out = [dict(shape)]
+        for _ in range(50 * max(n, 1)):
+            if len(out) > n:
+                break
+            drawn = self.draw_shape(rng, dict(shape), fixed)
+            self.check_shape(drawn)
+            if drawn not in out:
+                out.append(drawn)
+        return out
+
     def test_shapes(self, shape: dict[str, int]) -> list[dict[str, int]]:
-        return [shape] + [s for s in self.test_shapes_for(shape) if s != shape]
+        """Deprecated shim for callers not yet moved to draw_shapes (profiler/evaluate.py, agent/prompt.py):
+        `shape` and two shapes drawn with an unrecorded random seed. Remove once they call draw_shapes."""
+        return self.draw_shapes(shape, random.Random(), 2)
+
+    def input_kind(self, trial: int) -> str:
+        """The value distribution of correctness trial `trial` (0, 1, ...): input_kinds, cycled."""
+        return self.input_kinds[trial % len(self.input_kinds)]
 
     def required_for(self, arch) -> tuple[str, ...]:
         return tuple(self.required.get(arch.generation, arch.default_required))

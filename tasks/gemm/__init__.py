@@ -11,15 +11,36 @@ def reference(inputs, shape):
     return {"C": inputs["A"].float() @ inputs["B"].float().t()}
 
 
-def make_inputs(shape, seed, device):
+INPUT_KINDS = ("normal", "large", "structured")
+
+
+def make_inputs(shape, seed, device, kind="normal"):
+    """bf16 A [M, K] and B [N, K], seeded. Kinds (every value a bf16 the contract allows):
+    normal: N(0, 1).
+    large: C of magnitude ~1e6 (fp16's largest finite value is 65504, so fp16 accumulation or an fp16 C
+        overflows), with per-k scales 2^[-4, 4] on A that B undoes, so single entries reach ~1e4-1e5.
+    structured: every row of A and of B has a shared offset (|offset| in [0.5, 2], plus N(0, 0.5^2)), so the
+        K products of one output all have the same sign and the running sum grows as K: a bf16 accumulator
+        drifts (and stagnates once the sum is 256x a term) far beyond the tolerance; fp32 does not.
+    """
     import torch
 
     g = torch.Generator(device=device).manual_seed(seed)
     M, N, K = shape["M"], shape["N"], shape["K"]
-    return {
-        "A": torch.randn(M, K, generator=g, device=device).to(torch.bfloat16),
-        "B": torch.randn(N, K, generator=g, device=device).to(torch.bfloat16),
-    }
+    A = torch.randn(M, K, generator=g, device=device)
+    B = torch.randn(N, K, generator=g, device=device)
+    if kind == "large":
+        sigma = (2.0 ** 20 / K ** 0.5) ** 0.5  # C = sum of K products of std sigma^2: std 2^20
+        t = torch.exp2(torch.rand(K, generator=g, device=device) * 8 - 4)
+        A, B = A * (sigma * t), B * (sigma / t)
+    elif kind == "structured":
+        def offsets(n):
+            sign = torch.randint(0, 2, (n, 1), generator=g, device=device) * 2 - 1
+            return sign * (0.5 + 1.5 * torch.rand(n, 1, generator=g, device=device))
+        A, B = offsets(M) + 0.5 * A, offsets(N) + 0.5 * B
+    elif kind != "normal":
+        raise ValueError(f"gemm has no input kind '{kind}' (its kinds: {', '.join(INPUT_KINDS)})")
+    return {"A": A.to(torch.bfloat16), "B": B.to(torch.bfloat16)}
 
 
 def baseline(inputs, shape):
@@ -39,9 +60,38 @@ def check_shape(shape):
         raise ValueError("N and K must be multiples of 8 (16-byte aligned rows, as TMA requires)")
 
 
-def test_shapes_for(shape):
-    # Sizes that are not multiples of any usual tile: tails in M, N and K.
-    return [{"M": 1000, "N": 776, "K": 520}, {"M": 2056, "N": 3080, "K": 1032}]
+# Drawn correctness shapes: each size up to ~3000, N and K multiples of 8 that are not multiples of 64
+# (tails against 64- and 128-wide tiles), M anything from 1; M*N*K bounded so the fp32 reference stays cheap.
+MAX_SIZE = 3000
+MAX_MACS = 1 << 31
+
+
+def _tail8(x):
+    """x rounded down to a multiple of 8 (at least 8) that is not a multiple of 64."""
+    x = max(8, x - x % 8)
+    return x - 8 if x % 64 == 0 else x
+
+
+def _draw_m(rng):
+    return rng.randint(1, 64) if rng.random() < 0.25 else rng.randint(65, MAX_SIZE)
+
+
+def _draw_nk(rng):
+    return _tail8(rng.randint(8, 64) if rng.random() < 0.2 else rng.randint(65, MAX_SIZE))
+
+
+def draw_shape(rng, shape, fixed):
+    """One shape from the contract's space; sizes in `fixed` keep shape's value."""
+    out = {"M": _draw_m(rng), "N": _draw_nk(rng), "K": _draw_nk(rng)}
+    out.update({k: shape[k] for k in fixed})
+    free = [k for k in ("M", "N", "K") if k not in fixed]
+    while out["M"] * out["N"] * out["K"] > MAX_MACS:
+        big = [k for k in free if out[k] > (1 if k == "M" else 8)]
+        if not big:
+            break  # the fixed sizes alone exceed the bound: keep the smallest free sizes
+        k = max(big, key=lambda k: out[k])
+        out[k] = max(1, out[k] // 2) if k == "M" else _tail8(out[k] // 2)
+    return out
 
 
 TASK = Task(
@@ -56,9 +106,10 @@ TASK = Task(
         sizes=("M", "N", "K"),
         rules=(
             "Compute C[m, n] = sum_k A[m, k] * B[n, k] with fp32 accumulation, rounded to bf16.\n"
-            "Every shape with M >= 1 and N, K positive multiples of 8 must work (tails included):\n"
-            "the harness checks the default shape and smaller shapes such as M=1000, N=776, K=520.\n"
-            "All tensors are contiguous and 16-byte aligned."
+            "Every shape with M >= 1 and N, K positive multiples of 8 must work (tails included): besides the\n"
+            "default shape, each evaluation checks other shapes drawn at random from that whole space.\n"
+            "Inputs are not only N(0, 1): trials also use large magnitudes and rows with shared offsets, so the\n"
+            "accumulation must really be fp32. All tensors are contiguous and 16-byte aligned."
         ),
     ),
     default_shape={"M": 8192, "N": 7168, "K": 5120},
@@ -69,6 +120,7 @@ TASK = Task(
     reference=reference,
     baseline=baseline,
     baseline_name="cuBLAS (torch.matmul)",
-    test_shapes_for=test_shapes_for,
+    draw_shape=draw_shape,
     check_shape=check_shape,
+    input_kinds=INPUT_KINDS,
 )
