@@ -493,11 +493,14 @@ def _math_summary(own_maths: list[dict], required, families, task_flops) -> dict
         for op, v in km["unmeasured"].items():
             unmeasured[op] = unmeasured.get(op, 0.0) + v
     tc_flops = sum((v for op, v in by_opcode.items() if in_tc(op)), 0.0) if tc_fams else None
-    note = None
-    if tc_fams and any(in_tc(op) for op in unmeasured):
-        tc_flops, note = None, (f"{'/'.join(tc_fams)} FLOPs unknown: "
-                                f"{', '.join(sorted(op for op in unmeasured if in_tc(op)))} carry no shape in the "
-                                "opcode (tcgen05 shapes are in a runtime descriptor)")
+    note, tc_unknown = None, None
+    tc_unmeasured = sorted(op for op in unmeasured if tc_fams and in_tc(op))
+    if tc_unmeasured:
+        by_design = all(getattr(math_rule(op), "shape", "") == "descriptor" for op in tc_unmeasured)
+        tc_flops, tc_unknown = None, ("descriptor" if by_design else "no_shape")
+        note = (f"{'/'.join(tc_fams)} FLOPs unknown: {', '.join(tc_unmeasured)} "
+                + ("keep the MMA shape in a runtime descriptor, not in the opcode" if by_design else
+                   "executed without its shape in the opcode (no source page?)"))
     other_unmeasured = sorted(op for op in unmeasured if not in_tc(op))
     total = totals["tensor_core"] + totals["other"]
     share = None
@@ -517,6 +520,7 @@ def _math_summary(own_maths: list[dict], required, families, task_flops) -> dict
         "math_rest": rest,
         "tc_families": tc_fams,
         "tc_flops": tc_flops,
+        "tc_unknown": tc_unknown,  # None, "descriptor" (not readable from SASS by design), "no_shape"
         "tc_share": share,
         "tc_to_task": ratio,
         "task_flops": task_flops,
@@ -529,16 +533,36 @@ def work_check(summary: dict, min_share: float = 0.5, ratio: tuple[float, float]
 
     Fails when it did less than `min_share` of the candidate's executed math (tensor-core and CUDA-core alike),
     or when its FLOPs are outside `ratio` times the task's FLOPs at the profiled shape (checked only where
-    the caller gave the task's FLOPs). Not checked (None) when no tensor-core family is required, or when
-    its FLOPs cannot be read from the SASS (tcgen05: see summary['math_note']). Math of unknown size outside
-    that family fails closed. This cannot prove that the tensor-core work produced the answer."""
+    the caller gave the task's FLOPs). Not checked (None) when no tensor-core family is required. Where the
+    family's FLOPs cannot be read from the SASS by design (tcgen05: the shape is in a runtime descriptor, see
+    summary['math_note']), only the bound that holds whatever it did is checked: the other math must not
+    exceed ratio[1] * task * (1 - min_share) / min_share. Math of unknown size otherwise (a shape missing from
+    the data, or outside the family) fails closed. This cannot prove that the tensor-core work produced the
+    answer: it shows the tensor cores executed about the task's math, and nothing else did most of it."""
     tc_fams = summary.get("tc_families") or []
-    tc = summary.get("tc_flops")
-    if not tc_fams or tc is None:
+    if not tc_fams:
         return None
     fam = "/".join(tc_fams)
+    tc = summary.get("tc_flops")
     totals = summary.get("math_flops") or {}
     total = float(totals.get("tensor_core", 0.0)) + float(totals.get("other", 0.0))
+    task = summary.get("task_flops")
+    lo, hi = ratio
+    if tc is None:
+        if summary.get("tc_unknown") != "descriptor":
+            return f"{fam}'s share of the math cannot be checked: {summary.get('math_note') or 'its FLOPs are unknown'}"
+        # The family's FLOPs are not in the SASS (tcgen05). Still sound: passing both checks needs
+        # tc >= other * s / (1 - s) and tc <= hi * task, so other math above hi * task * (1 - s) / s fails
+        # whatever the tensor cores did.
+        other = sum(v for v in (summary.get("math_rest") or {}).values() if v > 0)
+        if task and task > 0 and 0 < min_share < 1:
+            bound = hi * task * (1 - min_share) / min_share
+            if other > bound:
+                scale, unit = _flops_text([other, bound])
+                return (f"other math ({other / scale:.3g} {unit}) exceeds what any {fam} share could allow "
+                        f"({bound / scale:.3g} {unit} at {100 * min_share:g}% share and at most {hi:g}x the task's "
+                        f"FLOPs); {fam}'s own FLOPs are not readable from SASS")
+        return None
     if summary.get("math_unmeasured") and summary.get("tc_share") is None:
         return f"{fam}'s share of the math cannot be checked: {summary.get('math_note') or 'math of unknown size'}"
     if total <= 0:
@@ -555,9 +579,7 @@ def work_check(summary: dict, min_share: float = 0.5, ratio: tuple[float, float]
             tail = ""
         return (f"{fam} did {100 * share:.1f}% of the math ({tc / scale:.3g} of {total / scale:.3g} {unit}; "
                 f"at least {100 * min_share:g}% required){tail}")
-    task = summary.get("task_flops")
     if task and task > 0:
-        lo, hi = ratio
         r = tc / task
         if r < lo or r > hi:
             scale, unit = _flops_text([tc, task])
