@@ -321,15 +321,15 @@ MATH_RULES: tuple[MathRule, ...] = (
     # Hopper wgmma (sm_90a). K in the opcode: 16 for f16/bf16, 8 for tf32 (HGMMA), 32 for s8/u8 (IGMMA),
     # 32 for e4m3/e5m2 (QGMMA), 256 for b1 (BGMMA, and/xor-popc ops counted as 2*M*N*K). Sparse forms
     # spell the logical (dense-equivalent) K and are counted at it.
-    MathRule("HGMMA", r"^HGMMA\.", "tensor_core", "gmma", source=_GMMA_SRC + " (K=16 f16/bf16, K=8 tf32)"),
-    MathRule("IGMMA", r"^IGMMA\.", "tensor_core", "gmma", source=_GMMA_SRC + " (K=32 s8/u8)"),
-    MathRule("QGMMA", r"^QGMMA\.", "tensor_core", "gmma", source=_GMMA_SRC + " (K=32 e4m3/e5m2)"),
-    MathRule("BGMMA", r"^BGMMA\.", "tensor_core", "gmma", source=_GMMA_SRC + " (K=256 b1)"),
+    MathRule("HGMMA", r"^HGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=16 f16/bf16, K=8 tf32)"),
+    MathRule("IGMMA", r"^IGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=32 s8/u8)"),
+    MathRule("QGMMA", r"^QGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=32 e4m3/e5m2)"),
+    MathRule("BGMMA", r"^BGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=256 b1)"),
     # Warp-level mma.sync (sm_80+ path, still valid on Hopper and Blackwell).
-    MathRule("HMMA", r"^HMMA\.", "tensor_core", "mma", source=_MMA_SRC + " (f16/bf16/tf32/fp8)"),
-    MathRule("IMMA", r"^IMMA\.", "tensor_core", "mma", source=_MMA_SRC + " (s8/u8/s4/u4)"),
-    MathRule("DMMA", r"^DMMA\.", "tensor_core", "mma", source=_MMA_SRC + " (f64)"),
-    MathRule("BMMA", r"^BMMA\.", "tensor_core", "mma", source=_MMA_SRC + " (b1)"),
+    MathRule("HMMA", r"^HMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (f16/bf16/tf32/fp8)"),
+    MathRule("IMMA", r"^IMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (s8/u8/s4/u4)"),
+    MathRule("DMMA", r"^DMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (f64)"),
+    MathRule("BMMA", r"^BMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (b1)"),
     # Blackwell tcgen05.mma (UTCHMMA, UTCQMMA, UTCIMMA, UTCOMMA, ...): M and N live in the instruction
     # descriptor (a register, PTX ISA tcgen05 'Instruction descriptor'), the operands in shared/tensor
     # memory descriptors; the SASS opcode does not carry the shape, so the FLOPs cannot be read from it.
