@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from xlang.store import SCHEMA_VERSION, Store
+from xlang.store import SCHEMA_VERSION, Store, StoreError
 from xlang.verdict import COMPILE_ERROR, OK, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +154,7 @@ def test_readonly_reader_and_light_turns(tmp_path):
     with Store(db, readonly=True) as reader:
         t = reader.turns(run_id="r1", messages=False)[0]
         assert "messages" not in t and t["reply"] == "r" and t["task"] == "gemm"
-        with pytest.raises(sqlite3.OperationalError):
+        with pytest.raises(StoreError, match="read-only"):
             reader.add_turn("r1", 0, 2, messages=[])
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(StoreError, match="no results store"):
         Store(tmp_path / "none.db", readonly=True)

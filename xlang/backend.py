@@ -9,6 +9,7 @@ The shared flow here (build_candidate) runs compile() and then the static SASS c
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import re
@@ -60,6 +61,7 @@ class BuildResult:
     log: str = ""  # warnings and notes of a successful build
     seconds: float = 0.0
     census: Census | None = None
+    cached: bool = False  # reused from the build cache (xlang.build_cache), files verified
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -137,6 +139,7 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     sandboxed child; it leaves OUT_DIR/static_build.json. Returns (that report, error, the child's stdout)."""
     from xlang.sandbox import python_child
 
+    timeout_s = min(timeout_s, _build_limit.get())  # the caller's limit (build --timeout) wins when lower
     child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(workdir)],
                          timeout=timeout_s, cwd=workdir, env=env)
     report = workdir / "static_build.json"
@@ -175,26 +178,65 @@ def trim_log(text: str, max_lines: int = 60, max_chars: int = 6000) -> str:
     return out if len(out) <= max_chars else out[: max_chars // 2] + "\n...\n" + out[-max_chars // 2:]
 
 
+DEFAULT_BUILD_TIMEOUT_S = 60.0
+# The limit of the build in progress on this thread (build_candidate sets it; run_build_child applies it).
+_build_limit: contextvars.ContextVar[float] = contextvars.ContextVar("xlang_build_limit",
+                                                                      default=DEFAULT_BUILD_TIMEOUT_S)
+
+
+def read_source(path: Path) -> str:
+    """A candidate file's text: one clear line for a folder, a missing or a binary file."""
+    if path.is_dir():
+        raise XlangError(f"{path} is a directory, not a candidate source file")
+    if not path.is_file():
+        raise XlangError(f"no such file: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise XlangError(f"{path} is not UTF-8 text (a binary file?): a candidate is a source file") from None
+    except OSError as e:
+        raise XlangError(f"cannot read {path}: {e.strerror or e}") from None
+
+
 def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | None = None,
-                    required: tuple[str, ...] | None = None, workdir: Path | None = None) -> BuildResult:
-    """Compile a candidate for arch (no GPU needed) and take its static census."""
+                    required: tuple[str, ...] | None = None, workdir: Path | None = None,
+                    timeout_s: float | None = None, cache: bool = True) -> BuildResult:
+    """Compile a candidate for arch (no GPU needed) and take its static census.
+
+    timeout_s: the wall-clock limit of a sandboxed build child (default DEFAULT_BUILD_TIMEOUT_S).
+    cache: reuse an identical earlier build (xlang.build_cache: same source, toolchain and build code)."""
+    from xlang import build_cache
+
     backend = get_backend(lang)
     shape = shape or task.shape()
+    required = tuple(required or task.required_for(arch))
     # Absolute: the build children run with their own working directory.
     workdir = Path(workdir or tempfile.mkdtemp(prefix=f"xlang-{lang}-{arch.name}-")).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    source_text = Path(source).read_text() if isinstance(source, Path) else source
+    source_text = read_source(source) if isinstance(source, Path) else source
     source_path = workdir / f"candidate{backend.suffix}"
     source_path.write_text(source_text)
     start = time.monotonic()
-    result = backend.compile(source_path, task, arch, shape, workdir)
-    result.seconds = time.monotonic() - start
+    key = build_cache.key(source_text, lang, task, arch, shape, required) if cache else None
+    hit = build_cache.lookup(key, workdir) if key else None
+    if hit is not None:
+        hit.seconds = time.monotonic() - start
+        hit.save()
+        return hit
+    token = _build_limit.set(float(timeout_s or DEFAULT_BUILD_TIMEOUT_S))
+    try:
+        result = backend.compile(source_path, task, arch, shape, workdir)
+    finally:
+        _build_limit.reset(token)
     if result.ok:
         if not result.kernels:
             result.ok, result.error = False, "the candidate compiled no GPU kernel"
         else:
             ptx = [Path(k.ptx).read_text() for k in result.kernels if k.ptx]
             binaries = sorted({k.cubin for k in result.kernels})
-            result.census = take_census(binaries, ptx, arch, required or task.required_for(arch))
+            result.census = take_census(binaries, ptx, arch, required)
+    result.seconds = time.monotonic() - start
+    if key:
+        build_cache.store(key, result)
     result.save()
     return result

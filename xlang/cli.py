@@ -13,62 +13,124 @@ from rich.table import Table
 
 from xlang.errors import XlangError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="How well can each kernel language reach a GPU architecture's own instructions?")
-console = Console()
+TASK_HELP = "task name (xlang tasks lists them), e.g. gemm"
+
+
+def _version(value: bool) -> None:
+    if value:
+        from xlang import HARNESS_VERSION, __version__
+
+        typer.echo(f"xlang {__version__} (harness {HARNESS_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="print the version and exit")):
+    """How well can each kernel language reach a GPU architecture's own instructions?"""
+
+
+def _spaced(text: str) -> str:
+    """'M=1,N=2' -> 'M=1, N=2': a narrow column wraps between sizes instead of cutting one."""
+    return text.replace(",", ", ")
 
 
 @app.command("tasks")
-def tasks_command():
+def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the tasks as JSON")):
     """List the tasks: contract, default shape, tolerance, baseline."""
     from xlang.task import all_tasks, format_shape
+    from xlang.terminal import keep_words, make_console
 
-    table = Table(title="tasks")
-    for col in ("task", "what", "entry point", "default shape", "tolerance", "baseline"):
+    rows = [{"task": t.name, "what": t.title,
+             "entry_point": t.contract.python_signature().removeprefix("def ").removesuffix(" -> None"),
+             "default_shape": dict(t.default_shape), "atol": t.tolerance["atol"], "rtol": t.tolerance["rtol"],
+             "baseline": t.baseline_name} for t in all_tasks()]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    console = make_console()
+    table = Table(title="tasks", show_lines=True)
+    table.add_column("task", no_wrap=True)
+    for col in ("what", "default shape", "tolerance", "baseline"):
         table.add_column(col)
-    for t in all_tasks():
-        table.add_row(t.name, t.title, t.contract.python_signature().removeprefix("def ").removesuffix(" -> None"),
-                      format_shape(t.default_shape), f"atol={t.tolerance['atol']} rtol={t.tolerance['rtol']}",
-                      t.baseline_name)
-    console.print(table)
+    for r in rows:
+        table.add_row(r["task"], r["what"], _spaced(format_shape(r["default_shape"])),
+                      f"atol={r['atol']} rtol={r['rtol']}", r["baseline"])
+    console.print(keep_words(table, console))
+    entries = Table(title="entry points (inputs, outputs, then sizes)")
+    entries.add_column("task", no_wrap=True)
+    entries.add_column("entry point")
+    for r in rows:
+        entries.add_row(r["task"], r["entry_point"])
+    console.print(keep_words(entries, console))
 
 
 @app.command("archs")
-def archs_command():
+def archs_command(as_json: bool = typer.Option(False, "--json", help="print architectures and families as JSON")):
     """List the architectures: target, figures, instruction families, default requirement."""
     from xlang.archs import archs, families
+    from xlang.terminal import keep_words, make_console
 
+    arch_rows = [{"arch": a.name, "target": a.sm, "figures": dict(a.figures), "families": list(a.families),
+                  "required": list(a.default_required)} for a in archs().values()]
+    fam_rows = [{"family": f.name, "ptx": f.ptx.pattern, "sass": f.sass.pattern, "what": f.doc}
+                for f in families().values()]
+    if as_json:
+        print(json.dumps({"archs": arch_rows, "families": fam_rows}, indent=1))
+        return
+    console = make_console()
     table = Table(title="architectures")
-    for col in ("arch", "target", "SMs", "smem/block KiB", "L2 MiB", "bf16 TFLOP/s", "TB/s", "families (required*)"):
-        table.add_column(col)
-    for a in archs().values():
-        f = a.figures
-        fams = ", ".join(n + ("*" if n in a.default_required else "") for n in a.families)
-        table.add_row(a.name, a.sm, str(f["sms"]), str(f["smem_per_block_kib"]), str(f["l2_mib"]),
-                      str(f["peak_dense_bf16_tflops"]), str(f["mem_bandwidth_tbs"]), fams)
-    console.print(table)
-    fam_table = Table(title="instruction families")
-    for col in ("family", "PTX", "SASS", "what"):
-        fam_table.add_column(col)
-    for fam in families().values():
-        fam_table.add_row(fam.name, fam.ptx.pattern, fam.sass.pattern, fam.doc)
-    console.print(fam_table)
+    for col in ("arch", "target", "SMs", "smem/block KiB", "L2 MiB", "bf16 TFLOP/s", "TB/s"):
+        table.add_column(col, no_wrap=col in ("arch", "target"))
+    for r in arch_rows:
+        f = r["figures"]
+        table.add_row(r["arch"], r["target"], str(f["sms"]), str(f["smem_per_block_kib"]), str(f["l2_mib"]),
+                      str(f["peak_dense_bf16_tflops"]), str(f["mem_bandwidth_tbs"]))
+    console.print(keep_words(table, console))
+    fams = Table(title="instruction families per architecture (* required by default)")
+    fams.add_column("arch", no_wrap=True)
+    fams.add_column("families")
+    for r in arch_rows:
+        fams.add_row(r["arch"], ", ".join(n + ("*" if n in r["required"] else "") for n in r["families"]))
+    console.print(keep_words(fams, console))
+    what = Table(title="instruction families")
+    what.add_column("family", no_wrap=True)
+    what.add_column("what")
+    for r in fam_rows:
+        what.add_row(r["family"], r["what"])
+    console.print(keep_words(what, console))
+    # Patterns are single tokens of up to ~70 characters: one per line, never wrapped inside.
+    console.print("\n[bold]patterns[/bold] (regular expressions over PTX text and SASS opcodes)")
+    for r in fam_rows:
+        console.print(f"{r['family']}\n  PTX   {r['ptx']}\n  SASS  {r['sass']}", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def _resolve(file: Path | None, lang: str, task_name: str, arch_name: str, shape: str | None):
     from xlang.archs import get_arch
-    from xlang.backend import get_backend
+    from xlang.backend import get_backend, read_source
     from xlang.task import get_task, parse_shape
 
     arch = get_arch(arch_name)
     task = get_task(task_name)
     backend = get_backend(lang)
-    if file is not None and not file.is_file():
-        raise XlangError(f"no such file: {file}")
-    return arch, task, backend, task.shape(parse_shape(shape))
+    text = read_source(file) if file is not None else None
+    require_build_tools([lang])
+    return arch, task, backend, task.shape(parse_shape(shape)), text
 
 
-def print_census(build) -> None:
+def require_build_tools(langs) -> None:
+    """Before any work: every tool a build of these languages needs (nvcc for cuda_ptx, cuobjdump for the census)."""
+    from xlang.toolchain import require_tool
+
+    if "cuda_ptx" in langs:
+        require_tool("nvcc")
+    require_tool("cuobjdump")
+
+
+def print_census(build, console) -> None:
     census = build.census
     table = Table(title=f"{build.lang} · {build.task} · {build.arch}: SASS instruction census")
     table.add_column("kernel")
@@ -81,53 +143,90 @@ def print_census(build) -> None:
     console.print(table)
     verdict = ("[green]present[/green]: " + ", ".join(census.present)) if census.ok else \
         ("[red]missing[/red]: " + ", ".join(census.missing))
-    console.print(f"required families (*) {verdict}   build {build.seconds:.2f} s")
+    how = "from the build cache" if build.cached else f"build {build.seconds:.2f} s"
+    console.print(f"required families (*) {verdict}   {how}")
 
 
 @app.command("build")
 def build_command(
     file: Path = typer.Argument(..., help="candidate source file"),
     lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
-    task: str = typer.Option(..., "--task", "-t"),
+    task: str = typer.Option(..., "--task", "-t", help=TASK_HELP),
     arch: str = typer.Option(..., "--arch", "-a", help="h100 | h200 | b200"),
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
     require: Optional[str] = typer.Option(None, help="required families, comma-separated (default: the task's)"),
     as_json: bool = typer.Option(False, "--json", help="print the build result as JSON"),
+    timeout: float = typer.Option(60.0, help="wall-clock limit of the build (import and entry point), seconds"),
+    keep: bool = typer.Option(False, "--keep", help="keep the build folder (cubins, PTX, logs) and print its path"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="build even when an identical build is cached"),
 ):
     """Compile a candidate for an architecture (no GPU needed) and print its SASS census and verdict."""
+    import shutil
+    import tempfile
+
     from xlang.archs import parse_required
     from xlang.backend import build_candidate
+    from xlang.terminal import make_console
 
-    arch_obj, task_obj, backend, shape_obj = _resolve(file, lang, task, arch, shape)
+    if timeout <= 0:
+        raise XlangError("--timeout must be positive (seconds)")
+    arch_obj, task_obj, backend, shape_obj, text = _resolve(file, lang, task, arch, shape)
     required = parse_required(arch_obj, require, task_obj.required_for(arch_obj))
-    result = build_candidate(file, lang, task_obj, arch_obj, shape_obj, required)
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=1))
-    elif not result.ok:
-        console.print(f"[red]compile_error[/red] ({lang}, {arch_obj.sm}):\n{result.error}", markup=True,
-                      highlight=False)
-    else:
-        print_census(result)
+    console = make_console()
+    workdir = Path(tempfile.mkdtemp(prefix=f"xlang-{lang}-{arch_obj.name}-"))
+    try:
+        result = build_candidate(text, lang, task_obj, arch_obj, shape_obj, required, workdir=workdir,
+                                 timeout_s=timeout, cache=not no_cache)
+        if as_json:
+            print(json.dumps(result.to_dict(), indent=1))
+        elif not result.ok:
+            console.print(f"[red]compile_error[/red] ({lang}, {arch_obj.sm}):", highlight=False)
+            console.print(result.error or "", markup=False, highlight=False)
+        else:
+            print_census(result, console)
+        if keep:
+            typer.echo(f"build folder: {workdir}", err=as_json)
+    finally:
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
     if not result.ok:
         raise typer.Exit(1)
     if result.census.missing:
         raise typer.Exit(3)
 
 
-from xlang.agent import commands as _agent_commands
+from xlang.agent import commands as _agent_commands  # noqa: E402
 _agent_commands.register(app)
 from xlang import compare_commands as _compare_commands  # noqa: E402
 _compare_commands.register(app)
-from xlang.profiler import commands as _profiler_commands
+from xlang.profiler import commands as _profiler_commands  # noqa: E402
 _profiler_commands.register(app)
 
+TRACEBACK_ENV = "XLANG_TRACEBACK"
 
-def main() -> None:
+
+def main(argv: list[str] | None = None) -> None:
+    """The `xlang` entry point: bad input and unusable environments are one line on stderr, never a traceback
+    (exit 2; 1 for an internal error, whose traceback XLANG_TRACEBACK=1 shows)."""
+    import os
+
+    def fail(message: str, code: int):
+        Console(stderr=True, width=None if sys.stderr.isatty() else 400).print(
+            f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        sys.exit(code)
+
     try:
-        app()
+        app(args=argv, prog_name="xlang")
     except XlangError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False)
-        sys.exit(2)
+        fail(str(e), 2)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as e:  # noqa: BLE001 - last resort: a user sees one line, a developer opts into the trace
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        if isinstance(e, OSError) and e.strerror:
+            fail(f"{e.strerror}" + (f": {e.filename}" if e.filename else ""), 2)
+        fail(f"internal error ({type(e).__name__}: {e}); run with {TRACEBACK_ENV}=1 for the traceback", 1)
 
 
 if __name__ == "__main__":

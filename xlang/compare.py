@@ -21,6 +21,8 @@ from xlang.errors import XlangError
 
 from xlang.store import DEFAULT_PATH as DEFAULT_STORE  # one default for every command
 
+DEFAULT_CONCURRENCY = 4  # samples of one cell (or of one `xlang run`) at the same time: one default for both
+
 
 @dataclass
 class CompareConfig:
@@ -35,7 +37,7 @@ class CompareConfig:
     profiler: str = "local"
     shape: dict = field(default_factory=dict)
     seed: int = 0
-    concurrency: int = 2
+    concurrency: int = DEFAULT_CONCURRENCY
     max_cost: float | None = None
     temperature: float | None = None
     max_tokens: int | None = None
@@ -78,10 +80,18 @@ def _solution_digest(task: str, lang: str, arch: str) -> str | None:
     return hashlib.sha256(solution.text.encode()).hexdigest()[:16] if solution else None
 
 
+def task_shape(cfg: CompareConfig, task: str) -> dict:
+    """The --shape sizes this task has (--shape M=4096 applies to gemm, S=2048 to the attention tasks)."""
+    from xlang.task import get_task
+
+    sizes = get_task(task).default_shape
+    return {k: v for k, v in sorted(cfg.shape.items()) if k in sizes}
+
+
 def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
     """Deterministic: the same command names the same runs (what makes a compare resumable)."""
     key = {"task": task, "lang": lang, "arch": arch, "model": cfg.model, "turns": cfg.turns, "samples": cfg.samples,
-           "docs": cfg.docs, "shape": dict(sorted(cfg.shape.items())), "seed": cfg.seed,
+           "docs": cfg.docs, "shape": task_shape(cfg, task), "seed": cfg.seed,
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
     if cfg.model == "reference":  # a new or changed expert solution is a new cell run; a missing one is re-checked
         key["solution"] = _solution_digest(task, lang, arch)
@@ -109,10 +119,21 @@ def validate(cfg: CompareConfig) -> CompareConfig:
     for lang in cfg.langs:
         get_backend(lang)
     cfg.tasks = list(dict.fromkeys(cfg.tasks)) if cfg.tasks else list(task_names())
+    known = set()
     for t in cfg.tasks:
         task = get_task(t)
-        if cfg.shape:
-            task.shape(cfg.shape)
+        known |= set(task.default_shape)
+        task.shape(task_shape(cfg, t))  # the task's own rules (e.g. S divisible by the tile)
+    unknown = sorted(set(cfg.shape) - known)
+    if unknown:
+        raise XlangError(f"--shape {', '.join(unknown)}: no selected task has such a size "
+                         f"(tasks {', '.join(cfg.tasks)} have {', '.join(sorted(known))})")
+    from xlang.toolchain import require_tool
+
+    if "cuda_ptx" in cfg.langs:  # before any cell is built, not after the Triton ones
+        require_tool("nvcc")
+    require_tool("cuobjdump")
+    _check_model(cfg.model)
     from xlang.agent.prompt import DOCS_LEVELS
 
     if cfg.docs not in DOCS_LEVELS:
@@ -125,11 +146,27 @@ def plan(cfg: CompareConfig) -> list[Cell]:
     return [Cell(t, lang, a, cell_run_id(cfg, t, lang, a)) for t in cfg.tasks for a in cfg.archs for lang in cfg.langs]
 
 
+def _check_model(model: str) -> None:
+    """The model name, its key and its endpoint, before any work (reference and replay are checked per cell)."""
+    if model == "reference" or model.startswith("replay:"):
+        return
+    from xlang.agent.llm import check_environment
+
+    check_environment(model)
+
+
 def _check_profiler(cfg: CompareConfig) -> str:
     """A worker URL must answer before any work. Returns a line describing where runtime runs."""
     spec = cfg.profiler
     if spec in ("local", "none"):
         return spec
+    if "://" not in spec and ":" not in spec:  # a bare word is a typo, not a host name
+        from xlang.agent.runtime import _FACTORIES
+
+        if spec in _FACTORIES:
+            return spec
+        raise XlangError(f"unknown profiler '{spec}' (known: {', '.join(_FACTORIES)}, or a worker URL "
+                         "http://HOST:PORT)")
     from xlang.remote import RemoteProfiler
 
     client = RemoteProfiler(spec)
@@ -138,9 +175,8 @@ def _check_profiler(cfg: CompareConfig) -> str:
 
 
 def _stored_finished(store_path: str, run_ids: list[str]) -> dict[str, str]:
-    """run_id -> status for the runs already stored as finished."""
-    if not Path(store_path).is_file():
-        return {}
+    """run_id -> status for the runs already stored as finished. Opens the store as its writer, so a store this
+    compare cannot write (read-only, damaged, a newer schema, a folder) stops it here, before any work."""
     from xlang.store import Store
 
     with Store(store_path) as store:
@@ -154,7 +190,7 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
 
     rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, model=cfg.model, turns=cfg.turns,
                    samples=cfg.samples, docs=cfg.docs, profiler=cfg.profiler, store=cfg.store,
-                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=dict(cfg.shape),
+                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
                    temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id)
     return run(rc, on_turn)
 
@@ -236,15 +272,30 @@ SHORT_HEADERS = {"arch instructions (static)": "arch instr. (static)",
 
 
 def print_table(result: CompareResult, console, title: str = "") -> None:
+    from rich import box
     from rich.table import Table
 
     from xlang.report import tables
+    from xlang.terminal import keep_words
 
     display = tables.format_cells(result.stats)
-    table = Table(title=title or "xlang compare", show_lines=False, header_style="bold")
+    # A "not run (why)" reason is said once, as a footnote, not in each of a row's runtime columns.
+    notes: dict[str, str] = {}
+    marks = "¹²³⁴⁵⁶⁷⁸⁹"
+
+    def short(text: str) -> str:
+        if not text.startswith("not run"):
+            return text
+        if text not in notes:
+            notes[text] = marks[len(notes)] if len(notes) < len(marks) else f"[{len(notes) + 1}]"
+        return f"not run{notes[text]}"
+
+    # No vertical rules: nine columns must fit 80 terminal columns without cutting a word.
+    table = Table(title=title or "xlang compare", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
+                  show_edge=False)
     for col in display.columns:
         table.add_column(SHORT_HEADERS.get(col, col), justify="right" if col in ("n", "best speedup") else "left",
-                         overflow="fold")
+                         no_wrap=col in ("task", "arch", "lang"))
     last = None
     for _, row in display.iterrows():
         if last is not None and row["task"] != last:
@@ -252,11 +303,13 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
         last = row["task"]
         cells = []
         for col in display.columns:
-            text = str(row[col])
+            text = short(str(row[col]))
             style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else ""
             cells.append(f"[{style}]{text}[/{style}]" if style else text)
         table.add_row(*cells)
-    console.print(table)
+    console.print(keep_words(table, console))
+    for text, mark in notes.items():
+        console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
     for line in tables.runtime_banners(result.dataset):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
 

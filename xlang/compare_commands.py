@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from xlang.compare import DEFAULT_CONCURRENCY
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +22,8 @@ def register(app: typer.Typer) -> None:
 def compare_command(
     arch: str = typer.Option(..., "--arch", "-a", help="architectures, comma-separated: h100,h200,b200"),
     langs: str = typer.Option(..., "--langs", "-l", help="languages, comma-separated: triton,cuda_ptx,cutedsl"),
-    tasks: Optional[str] = typer.Option(None, "--tasks", "-t", help="tasks, comma-separated (default: all)"),
+    tasks: Optional[str] = typer.Option(None, "--tasks", "--task", "-t",
+                                        help="tasks, comma-separated (default: all; xlang tasks lists them)"),
     model: str = typer.Option("reference", "--model", "-m",
                               help="'reference' (the expert solutions), a litellm model, or 'replay:DB[#RUN]'"),
     turns: int = typer.Option(8, help="turn limit per sample"),
@@ -30,23 +32,24 @@ def compare_command(
     store: Optional[str] = typer.Option(None, help="results database (default: xlang-runs/results.db or "
                                                    "$XLANG_STORE)"),
     profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
-    shape: Optional[str] = typer.Option(None, help="size overrides for every task, e.g. M=4096,N=4096,K=4096"),
+    shape: Optional[str] = typer.Option(None, help="size overrides, each for the tasks that have that size, e.g. "
+                                                   "M=4096,N=4096,K=4096 (gemm) or S=2048 (attention)"),
     seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
-    concurrency: int = typer.Option(2, help="samples of one cell run at the same time"),
+    concurrency: int = typer.Option(DEFAULT_CONCURRENCY, help="samples of one cell run at the same time"),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="per cell: stop LLM calls past this many USD"),
-    temperature: Optional[float] = typer.Option(None),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    temperature: Optional[float] = typer.Option(None, help="sampling temperature (default: the provider's)"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens",
+                                             help="most tokens per reply (default: the provider's)"),
     report: Optional[Path] = typer.Option(None, help="also write the report of this compare to this folder"),
     as_json: bool = typer.Option(False, "--json", help="print the cells and the table as JSON at the end"),
 ):
     """Run the language × architecture matrix (resumable) and print the main table."""
-    from rich.console import Console
-
     from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
     from xlang.store import default_store
     from xlang.task import parse_shape
+    from xlang.terminal import make_console
 
-    console = Console(stderr=as_json, width=None if (sys.stderr if as_json else sys.stdout).isatty() else 200)
+    console = make_console(stderr=as_json)  # --json: the JSON alone on stdout
     cfg = CompareConfig(archs=split_list(arch), langs=split_list(langs), tasks=split_list(tasks) or None,
                         model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
                         profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
@@ -57,11 +60,17 @@ def compare_command(
     if report is not None:
         from xlang.report import write_report
 
-        rep = write_report(result.dataset, report)
+        try:
+            rep = write_report(result.dataset, report)
+        except OSError as e:
+            from xlang.errors import XlangError
+
+            raise XlangError(f"cannot write the report to {report}: {e.strerror or e} (the results are stored in "
+                             f"{cfg.store}: xlang report --store {cfg.store} --out DIR)") from None
         console.print(f"report: {rep.index}", highlight=False)
     else:
         console.print(f"[dim]{len(result.cells)} cells in {result.seconds:.1f} s · store {cfg.store} · "
-                      f"xlang report --store {cfg.store} --out reports/NAME[/dim]", highlight=False)
+                      f"xlang report --store {cfg.store}[/dim]", highlight=False)
     if as_json:
         print(json.dumps(to_json(result), indent=1))
     if any(o.state == "error" for o in result.cells):
@@ -70,21 +79,25 @@ def compare_command(
 
 def report_command(
     store: Optional[str] = typer.Option(None, help="results database (default: xlang-runs/results.db or "
-                                                   "$XLANG_STORE)"),
-    out: Optional[Path] = typer.Option(None, help="output folder (default: reports/<store file name>)"),
+                                                   "$XLANG_STORE); opened read-only, never changed"),
+    out: Optional[Path] = typer.Option(None, help="output folder (default: report-<store name> beside the store)"),
     title: Optional[str] = typer.Option(None, help="the report's title"),
 ):
     """Write index.html (tables and plots), report.md and CSV/Parquet of every table from a results store."""
-    from rich.console import Console
-
-    from xlang.store import default_store
+    from xlang.errors import XlangError
     from xlang.report import source, tables, write_report
+    from xlang.store import default_store
+    from xlang.terminal import make_console
 
-    console = Console()
+    console = make_console()
     store = store or default_store()
-    out = out or Path("reports") / Path(store).stem
+    out = out or Path(store).parent / f"report-{Path(store).stem}"
     ds = source.load(store)
-    rep = write_report(ds, out, title)
+    try:
+        rep = write_report(ds, out, title)
+    except OSError as e:
+        raise XlangError(f"cannot write the report to {out}: {e.strerror or e}"
+                         + (f" ({e.filename})" if e.filename and str(e.filename) != str(out) else "")) from None
     console.print(f"{len(ds.runs)} sample runs, {len(ds.turns)} candidates from {store}", highlight=False)
     for line in tables.runtime_banners(ds):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
@@ -99,8 +112,11 @@ def worker_command(
     generate_token: bool = typer.Option(False, "--generate-token", help="make a random token and print it"),
 ):
     """Serve the GPU profiler over HTTP: one job per GPU at a time, each evaluation in its own process."""
+    from xlang.errors import XlangError
     from xlang.remote import TOKEN_ENV, new_token, serve
 
+    if not 0 <= port <= 65535:
+        raise XlangError(f"--port {port} is not a port number (0-65535; 0: any free port)")
     token = token or os.environ.get(TOKEN_ENV) or None
     if generate_token and not token:
         token = new_token()

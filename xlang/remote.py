@@ -14,12 +14,14 @@ API (JSON bodies; `Authorization: Bearer TOKEN` when the worker has a token):
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import json
 import os
 import secrets
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -286,13 +288,29 @@ def make_server(host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | 
     """The HTTP server (not yet serving) and its worker. Bound beyond loopback, a token is required."""
     if not _is_loopback(host) and not token:
         raise XlangError(f"binding to {host} (not loopback) needs a token: pass --token or set {TOKEN_ENV}")
+    if not 0 <= port <= 65535:
+        raise XlangError(f"port {port} is not a port number (0-65535; 0: any free port)")
+    try:  # the address first: a worker (its GPU threads) is started only once the port is ours
+        server = ThreadingHTTPServer((host, port), _handler(None, token), bind_and_activate=False)
+        server.server_bind()
+        server.server_activate()
+    except socket.gaierror as e:
+        server.server_close()
+        raise XlangError(f"cannot bind to {host}: the name does not resolve ({e.strerror or e})") from None
+    except OSError as e:
+        server.server_close()
+        why = "already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+        raise XlangError(f"cannot bind to {host}:{port}: {why}") from None
     worker = worker or Worker()
-    server = ThreadingHTTPServer((host, port), _handler(worker, token))
+    server.RequestHandlerClass = _handler(worker, token)
     server.daemon_threads = True
     return server, worker
 
 
 def serve(host: str = "127.0.0.1", port: int = DEFAULT_PORT, token: str | None = None, log=print) -> None:
+    if not local_gpus():
+        raise XlangError("no NVIDIA GPU here (nvidia-smi / NVML found none): a worker serves GPU evaluations; "
+                         "start it on the GPU machine")
     server, worker = make_server(host, port, token)
     addr = f"http://{host}:{server.server_address[1]}"
     gpus = ", ".join(f"{g['index']}: {g['name']} (sm_{g['compute_capability']})" for g in worker.gpus) or "none"

@@ -3,7 +3,8 @@
 Shared by the agent loop (writer) and the reports (reader). One file, WAL mode, FULL sync: every committed
 transaction survives a SIGKILL of the writer at any point; readers in other processes never block the writer.
 
-Schema (version 1):
+Schema (version 2; version 2 added runs.context, samples.prompt_variant, turns.reasoning_tokens and
+turns.reasoning):
 
   runs     one `xlang run` invocation (or a resumed one: the same run_id).
            run_id PK · created_at · task · lang · arch · model (as given: litellm string, 'reference',
@@ -11,10 +12,11 @@ Schema (version 1):
            shape_json · sampling_json (temperature, max_tokens, ...) · seed (base; sample k uses seed+k) ·
            profiler · config_json (everything else: stop_on_ok, max_cost, concurrency, replay_of, ...) ·
            versions_json (python, litellm, triton, nvcc, ...) · status ('running' | 'done' | 'budget' |
-           'error') · cost_usd · finished_at
+           'error') · cost_usd · finished_at · context (the context policy: trimmed | full | latest-pair |
+           single-user)
   samples  one trajectory.  PK (run_id, sample_idx) · seed · status ('running' | 'done' | 'missing' |
            'budget' | 'error') · note · best_turn · best_category · best_speedup · turns_done ·
-           cost_usd · started_at · finished_at
+           cost_usd · started_at · finished_at · prompt_variant (the named prompt variant of this sample)
   turns    one model reply and its judgement.  PK (run_id, sample_idx, turn_idx) (turn_idx from 1) ·
            created_at · model (as the provider reported it) · messages_json (the exact prompt: a list of
            {role, content}) · reply (raw text) · code (extracted candidate, NULL when none) · build_json
@@ -22,8 +24,14 @@ Schema (version 1):
            category (= verdict category) · feedback (the text sent back to the model next turn) ·
            speedup · prompt_tokens · completion_tokens · total_tokens · cost_usd · llm_seconds ·
            build_seconds · eval_seconds · wall_seconds · sampling_json · seed · error (provider error text
-           when the reply could not be obtained)
+           when the reply could not be obtained) · reasoning_tokens (the provider's count, part of
+           completion_tokens) · reasoning (the reasoning text the provider returned)
   meta     key/value: schema_version.
+
+Readers (`Store(path, readonly=True)`: report, trajectory, replay) open the file with SQLite's mode=ro (immutable
+on read-only media) and never change it; a file that is not a store, is damaged, lacks a table or has another
+schema version is refused with one line (StoreError). Writers refuse a newer version or missing tables and
+upgrade an older version in place (new tables and columns added, nothing stored changed).
 
 Keys are idempotent: writing the same (run_id, sample_idx, turn_idx) twice keeps the first row, so a resumed
 run never duplicates anything. JSON columns hold JSON text; `Store.turns()` returns them decoded.
@@ -39,7 +47,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from xlang.errors import XlangError
+
+SCHEMA_VERSION = 2
 DEFAULT_PATH = "xlang-runs/results.db"
 STORE_ENV = "XLANG_STORE"
 
@@ -69,7 +79,8 @@ CREATE TABLE IF NOT EXISTS runs (
     versions_json TEXT,
     status TEXT NOT NULL DEFAULT 'running',
     cost_usd REAL NOT NULL DEFAULT 0,
-    finished_at REAL
+    finished_at REAL,
+    context TEXT
 );
 CREATE TABLE IF NOT EXISTS samples (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -84,6 +95,7 @@ CREATE TABLE IF NOT EXISTS samples (
     cost_usd REAL NOT NULL DEFAULT 0,
     started_at REAL,
     finished_at REAL,
+    prompt_variant TEXT,
     PRIMARY KEY (run_id, sample_idx)
 );
 CREATE TABLE IF NOT EXISTS turns (
@@ -111,6 +123,8 @@ CREATE TABLE IF NOT EXISTS turns (
     sampling_json TEXT,
     seed INTEGER,
     error TEXT,
+    reasoning_tokens INTEGER,
+    reasoning TEXT,
     PRIMARY KEY (run_id, sample_idx, turn_idx),
     FOREIGN KEY (run_id, sample_idx) REFERENCES samples(run_id, sample_idx)
 );
@@ -125,9 +139,10 @@ _JSON_COLUMNS = {"messages_json", "build_json", "verdict_json", "sampling_json",
                  "versions_json"}
 _TURN_COLUMNS = ("model", "messages_json", "reply", "code", "build_json", "verdict_json", "category", "feedback",
                  "speedup", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "llm_seconds",
-                 "build_seconds", "eval_seconds", "wall_seconds", "sampling_json", "seed", "error")
+                 "build_seconds", "eval_seconds", "wall_seconds", "sampling_json", "seed", "error", "reasoning_tokens",
+                 "reasoning")
 _RUN_COLUMNS = ("task", "lang", "arch", "model", "source", "docs_level", "turns_limit", "samples", "shape_json",
-                "sampling_json", "seed", "profiler", "config_json", "versions_json")
+                "sampling_json", "seed", "profiler", "config_json", "versions_json", "context")
 
 
 def _dump(value):
@@ -144,6 +159,102 @@ def _row(cursor, row) -> dict:
     return out
 
 
+class StoreError(XlangError):
+    """The store cannot be used as asked: not a store, damaged, of a newer schema, unwritable."""
+
+
+def _reason(e: BaseException) -> str:
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that can never change the file (URI mode=ro). A WAL store on read-only media (no -shm can
+    be created) is opened immutable instead, which is exact only while no -wal holds unmerged commits."""
+    if not path.is_file():
+        raise StoreError(f"no results store at {path} (run `xlang compare` or `xlang run` first, or pass --store)")
+    uri = path.resolve().as_uri()
+
+    def connect(flags: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"{uri}?{flags}", uri=True, timeout=60, isolation_level=None,
+                               check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=60000")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the file is opened lazily: open it now
+        return conn
+
+    try:
+        return connect("mode=ro")
+    except sqlite3.OperationalError as e:
+        first = e
+    wal = Path(f"{path}-wal")
+    if wal.is_file() and wal.stat().st_size > 0:
+        raise StoreError(f"cannot read {path}: {_reason(first)}; its write-ahead log {wal.name} holds commits that "
+                         "need a writable folder (copy the .db and its -wal somewhere writable)")
+    try:
+        return connect("mode=ro&immutable=1")
+    except sqlite3.DatabaseError as e:
+        raise StoreError(_not_a_store(path, e)) from None
+
+
+def _not_a_store(path: Path, e: BaseException) -> str:
+    return f"{path} is not a results store ({_reason(e)})"
+
+
+_TABLES = ("meta", "runs", "samples", "turns", "turn_view")
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path, writer: bool) -> int | None:
+    """The store's schema version, after checking it can be used: None for an empty file (a writer creates it).
+    Never changes the file. A reader needs every table; a writer refuses a newer version or missing tables."""
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
+            if "meta" in names else None
+    except sqlite3.DatabaseError as e:
+        raise StoreError(_not_a_store(path, e)) from None
+    if not names:
+        if writer:
+            return None
+        raise StoreError(f"{path} is empty, not a results store")
+    if "meta" not in names or row is None:
+        raise StoreError(f"{path} is not a results store (no schema version; tables: {', '.join(sorted(names))})")
+    try:
+        version = int(row[0])
+    except (TypeError, ValueError):
+        raise StoreError(f"{path} has an unknown schema version '{row[0]}'") from None
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} has schema version {version}, newer than this xlang's ({SCHEMA_VERSION}): "
+                         "upgrade xlang to use it")
+    if version < SCHEMA_VERSION and not writer:
+        raise StoreError(f"{path} has schema version {version}, older than this xlang's ({SCHEMA_VERSION}): "
+                         "a writer (xlang run or xlang compare) upgrades it; readers never change a store")
+    missing = [t for t in _TABLES if t not in names]
+    if missing and version == SCHEMA_VERSION:  # an older version may lack tables added since: _upgrade adds them
+        raise StoreError(f"{path} is damaged: missing {', '.join(missing)} (nothing was changed)")
+    return version
+
+
+def _create_schema(conn: sqlite3.Connection) -> None:
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            conn.execute(stmt)
+
+
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Writer only, inside a transaction: bring an older store to SCHEMA_VERSION. Tables added since are
+    created, columns added since are appended (ALTER TABLE ADD COLUMN); nothing stored is changed."""
+    want = sqlite3.connect(":memory:")
+    _create_schema(want)
+    _create_schema(conn)  # IF NOT EXISTS: only what is missing
+    for (table,) in want.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        for _, name, kind, notnull, default, _pk in want.execute(f"PRAGMA table_info({table})"):
+            if name not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"
+                             + (f" NOT NULL" if notnull else "") + (f" DEFAULT {default}" if default is not None else ""))
+    want.close()
+    conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+
 class Store:
     """The results database. Thread-safe: one connection, writes serialised by a lock.
 
@@ -156,30 +267,42 @@ class Store:
 
     def __init__(self, path: str | os.PathLike = DEFAULT_PATH, readonly: bool = False):
         self.path = Path(path)
+        self.readonly = readonly
         self._lock = threading.RLock()
         self._depth = 0
-        if readonly:  # a reader that never writes (not even the schema); the file must exist
-            if not self.path.is_file():
-                raise FileNotFoundError(f"no results database at {self.path}")
-            self._conn = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True, timeout=60,
-                                         isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA busy_timeout=60000")
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory, not a results store (pass the .db file)")
+        if readonly:
+            self._conn = _open_readonly(self.path)
+            try:
+                _check_schema(self._conn, self.path, writer=False)
+            except BaseException:
+                self._conn.close()
+                raise
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        with self.transaction():
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    self._conn.execute(stmt)
-            row = self._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is None:
-                self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path}: schema version {row[0]} is newer than this xlang ({SCHEMA_VERSION})")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"cannot open {self.path} for writing: {_reason(e)}") from None
+        try:
+            self._conn.execute("PRAGMA busy_timeout=60000")
+            version = _check_schema(self._conn, self.path, writer=True)  # before anything is written
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            with self.transaction():
+                if version is None:  # a new (or zero-byte) file: create the schema
+                    _create_schema(self._conn)
+                    self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                elif version < SCHEMA_VERSION:
+                    _upgrade(self._conn, version)
+        except sqlite3.Error as e:
+            self._conn.close()
+            raise StoreError(f"cannot write to {self.path}: {_reason(e)}") from None
+        except BaseException:
+            self._conn.close()
+            raise
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -195,6 +318,8 @@ class Store:
     @contextmanager
     def transaction(self):
         """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on an exception). Nested blocks join the outermost one."""
+        if self.readonly:
+            raise StoreError(f"{self.path} is open read-only")
         with self._lock:
             if self._depth:
                 self._depth += 1
@@ -215,23 +340,36 @@ class Store:
             self._conn.execute("COMMIT")
 
     def _execute(self, sql: str, params=()) -> sqlite3.Cursor:
-        with self.transaction():
+        with self._errors(), self.transaction():
             return self._conn.execute(sql, params)
 
     def _query(self, sql: str, params=()) -> list[dict]:
-        with self._lock:
+        with self._errors(), self._lock:
             cur = self._conn.execute(sql, params)
             return [_row(cur, r) for r in cur.fetchall()]
+
+    @contextmanager
+    def _errors(self):
+        """A damaged, truncated or unwritable file found mid-read or mid-write: one line, not a traceback."""
+        try:
+            yield
+        except sqlite3.IntegrityError:
+            raise  # our own bug (a broken key), not the file's
+        except sqlite3.DatabaseError as e:
+            what = "read" if self.readonly else "use"
+            raise StoreError(f"cannot {what} {self.path}: {_reason(e)}") from None
 
     # -- runs --------------------------------------------------------------------------------------------------
     def create_run(self, run_id: str, *, task: str, lang: str, arch: str, model: str, source: str,
                    docs_level: str | None = None, turns_limit: int | None = None, samples: int | None = None,
                    shape: dict | None = None, sampling: dict | None = None, seed: int | None = None,
-                   profiler: str | None = None, config: dict | None = None, versions: dict | None = None) -> bool:
+                   profiler: str | None = None, config: dict | None = None, versions: dict | None = None,
+                   context: str | None = None) -> bool:
         """Insert the run; False (and nothing changed) when run_id exists already (a resumed run)."""
         values = dict(task=task, lang=lang, arch=arch, model=model, source=source, docs_level=docs_level,
                       turns_limit=turns_limit, samples=samples, shape_json=_dump(shape), sampling_json=_dump(sampling),
-                      seed=seed, profiler=profiler, config_json=_dump(config), versions_json=_dump(versions))
+                      seed=seed, profiler=profiler, config_json=_dump(config), versions_json=_dump(versions),
+                      context=context)
         cur = self._execute(
             f"INSERT OR IGNORE INTO runs (run_id, created_at, {', '.join(_RUN_COLUMNS)}) "
             f"VALUES (?, ?, {', '.join('?' * len(_RUN_COLUMNS))})",
@@ -251,9 +389,10 @@ class Store:
         return self._query(f"SELECT * FROM runs{sql} ORDER BY created_at, run_id", params)
 
     # -- samples -----------------------------------------------------------------------------------------------
-    def start_sample(self, run_id: str, sample_idx: int, seed: int | None = None) -> bool:
-        cur = self._execute("INSERT OR IGNORE INTO samples (run_id, sample_idx, seed, started_at) VALUES (?, ?, ?, ?)",
-                            (run_id, sample_idx, seed, time.time()))
+    def start_sample(self, run_id: str, sample_idx: int, seed: int | None = None,
+                     prompt_variant: str | None = None) -> bool:
+        cur = self._execute("INSERT OR IGNORE INTO samples (run_id, sample_idx, seed, started_at, prompt_variant) "
+                            "VALUES (?, ?, ?, ?, ?)", (run_id, sample_idx, seed, time.time(), prompt_variant))
         return cur.rowcount == 1
 
     def update_sample(self, run_id: str, sample_idx: int, **fields) -> None:
@@ -278,7 +417,8 @@ class Store:
                  total_tokens: int | None = None, cost_usd: float = 0.0, llm_seconds: float | None = None,
                  build_seconds: float | None = None, eval_seconds: float | None = None,
                  wall_seconds: float | None = None, model: str | None = None, sampling: dict | None = None,
-                 seed: int | None = None, error: str | None = None) -> bool:
+                 seed: int | None = None, error: str | None = None, reasoning_tokens: int | None = None,
+                 reasoning: str | None = None) -> bool:
         """Insert one turn; False (nothing written) when that (run, sample, turn) is stored already."""
         if category is None and verdict is not None:
             category = verdict.get("category")
@@ -287,7 +427,7 @@ class Store:
                       prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=total_tokens,
                       cost_usd=float(cost_usd or 0.0), llm_seconds=llm_seconds, build_seconds=build_seconds,
                       eval_seconds=eval_seconds, wall_seconds=wall_seconds, sampling_json=_dump(sampling), seed=seed,
-                      error=error)
+                      error=error, reasoning_tokens=reasoning_tokens, reasoning=reasoning)
         cur = self._execute(
             f"INSERT OR IGNORE INTO turns (run_id, sample_idx, turn_idx, created_at, {', '.join(_TURN_COLUMNS)}) "
             f"VALUES (?, ?, ?, ?, {', '.join('?' * len(_TURN_COLUMNS))})",
@@ -306,11 +446,11 @@ class Store:
         return self._query(f"SELECT {cols} FROM turn_view{sql} ORDER BY run_id, sample_idx, turn_idx", params)
 
     def _turn_view_columns(self) -> list[str]:
-        with self._lock:
+        with self._errors(), self._lock:
             return [r[1] for r in self._conn.execute("PRAGMA table_info(turn_view)")]
 
     def run_cost(self, run_id: str) -> float:
-        with self._lock:
+        with self._errors(), self._lock:
             return float(self._conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM turns WHERE run_id=?",
                                             (run_id,)).fetchone()[0])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
 import sysconfig
 from pathlib import Path
 
@@ -55,3 +56,18 @@ def cuda_include_dir() -> Path | None:
         return None
     inc = nvcc.resolve().parent.parent / "include"
     return inc if inc.is_dir() else None
+
+
+@functools.cache
+def nvcc_version() -> str | None:
+    """nvcc's release and build lines (e.g. 'release 13.0, V13.0.88; Build cuda_13.0.r13.0/...'), None without nvcc."""
+    nvcc = find_tool("nvcc")
+    if nvcc is None:
+        return None
+    try:
+        out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [ln.strip() for ln in out.splitlines() if "release" in ln or ln.startswith("Build")]
+    return "; ".join(ln.split("tools, ", 1)[-1] for ln in lines) or out.strip()[-200:] or None
+

@@ -8,6 +8,10 @@ from typing import Optional
 
 import typer
 
+from xlang.compare import DEFAULT_CONCURRENCY
+
+SHOW = ("prompt", "reply", "code", "feedback", "verdict", "build")
+
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command)
@@ -15,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 
 def run_command(
-    task: str = typer.Option(..., "--task", "-t"),
+    task: str = typer.Option(..., "--task", "-t", help="task name (xlang tasks lists them), e.g. gemm"),
     lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
     arch: str = typer.Option(..., "--arch", "-a", help="h100 | h200 | b200"),
     model: str = typer.Option(..., "--model", "-m",
@@ -27,11 +31,12 @@ def run_command(
     profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
     store: str = typer.Option(None, help="results database (default: xlang-runs/results.db or $XLANG_STORE)"),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="stop starting LLM calls past this many USD"),
-    concurrency: int = typer.Option(4, help="samples run at the same time"),
+    concurrency: int = typer.Option(DEFAULT_CONCURRENCY, help="samples run at the same time"),
     stop_on_ok: bool = typer.Option(False, "--stop-on-ok", help="end a sample at its first ok (or static_ok)"),
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
-    temperature: Optional[float] = typer.Option(None),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens"),
+    temperature: Optional[float] = typer.Option(None, help="sampling temperature (default: the provider's)"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens",
+                                             help="most tokens per reply (default: the provider's)"),
     seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="name the run; an existing one is resumed"),
 ):
@@ -79,22 +84,21 @@ def trajectory_command(
     store: str = typer.Option(None, help="results database (default: xlang-runs/results.db or $XLANG_STORE)"),
     sample: Optional[int] = typer.Option(None, help="only this sample"),
     turn: Optional[int] = typer.Option(None, help="print one turn's --show part in full"),
-    show: str = typer.Option("feedback", help="with --turn: prompt | reply | code | feedback | verdict | build"),
+    show: str = typer.Option("feedback", help=f"with --turn: {' | '.join(SHOW)}"),
 ):
     """Show stored runs, a run's turns, or one turn's exact prompt, reply, code, feedback or verdict."""
     import json
-    from pathlib import Path
 
-    from rich.console import Console
     from rich.table import Table
 
     from xlang.errors import XlangError
     from xlang.store import Store, default_store
+    from xlang.terminal import make_console
 
+    if show not in SHOW:
+        raise XlangError(f"--show {show}: not a part of a turn (one of: {', '.join(SHOW)})")
     path = store or default_store()
-    if not Path(path).is_file():
-        raise XlangError(f"no results database at {path}")
-    console = Console()
+    console = make_console()
     with Store(path, readonly=True) as db:
         if run_id is None:
             table = Table(title=str(path))
@@ -110,7 +114,11 @@ def trajectory_command(
         turns = db.turns(run_id=run_id, sample_idx=sample)
         if turn is not None:
             part = {"prompt": "messages"}.get(show, show)
-            for t in (t for t in turns if t["turn_idx"] == turn):
+            chosen = [t for t in turns if t["turn_idx"] == turn]
+            if not chosen:
+                raise XlangError(f"run {run_id} has no turn {turn}" + (f" in sample {sample}" if sample is not None
+                                                                        else ""))
+            for t in chosen:
                 value = t.get(part)
                 print(f"--- sample {t['sample_idx']} turn {turn}: {show}")
                 print(value if isinstance(value, str) else json.dumps(value, indent=1, default=str))

@@ -7,10 +7,8 @@ the environment fingerprints printed on the report.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-from xlang.errors import XlangError
 from xlang.report.data import Dataset, from_records
 
 
@@ -55,20 +53,10 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
 
 
 def load(store_path: str | Path, run_ids: list[str] | None = None) -> Dataset:
-    """The Dataset of a results store (read only; the file must exist)."""
-    path = Path(store_path)
-    if not path.is_file():
-        raise XlangError(f"no results store at {path} (run `xlang compare` or `xlang run` first, or pass --store)")
-    try:
-        from xlang.store import Store
-    except ImportError as e:  # pragma: no cover - the store ships with xlang
-        raise XlangError(f"the results store module is not available: {e}") from None
-    try:
-        store = Store(path)
-    except sqlite3.DatabaseError as e:
-        raise XlangError(f"{path} is not a results store: {e}") from None
-    try:
+    """The Dataset of a results store, opened read-only: the file is never changed (not even its schema);
+    one that is not a store, is damaged, lacks a table or has another schema version is an XlangError."""
+    from xlang.store import Store
+
+    with Store(store_path, readonly=True) as store:
         records, envs = records_from_store(store, run_ids)
-    finally:
-        store.close()
-    return from_records(records, envs, source=str(path))
+    return from_records(records, envs, source=str(store_path))

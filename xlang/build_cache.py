@@ -1,0 +1,186 @@
+"""A content-addressed cache of successful builds, shared by build, eval, run and compare.
+
+Key: sha256 over the candidate's source, language, task, architecture, shape, required families, and what
+decides a build besides them: the toolchain (nvcc's version line, the triton / torch / CuTe DSL versions,
+Python) and the code that builds and takes the census (backends/<lang>/, the task's definition, the
+architecture's template headers, xlang's build and census modules). Any change to one of them is a new key.
+
+Trust boundary: a candidate is hostile code and runs in the build child. The child only ever writes its own
+fresh workdir; this cache lives elsewhere ($XLANG_BUILD_CACHE, default ~/.cache/xlang/builds, a folder no build
+child is given) and only the parent writes it, after the build: it copies the files the result names into a new
+entry (atomic rename; an existing entry is never overwritten). Each entry's manifest records its key and the
+sha256 of every file; a lookup checks both before copying the files into the new build's own workdir, so a
+tampered or torn entry is a miss, never a result. A different source is a different key, so a candidate can only
+get its own (byte-identical) result. Failed builds are not cached (a timeout or a crash may not repeat).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import xlang
+from xlang import resources
+
+FORMAT = 1  # bumped when the entry layout changes
+CACHE_ENV = "XLANG_BUILD_CACHE"
+_PLACEHOLDER = "\x00WORKDIR\x00"
+
+
+def cache_root() -> Path:
+    base = os.environ.get(CACHE_ENV)
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / "builds"
+
+
+def enabled() -> bool:
+    return os.environ.get(CACHE_ENV, "").lower() not in ("0", "off", "none")
+
+
+@functools.cache
+def _nvcc_version() -> str:
+    from xlang.toolchain import nvcc_version
+
+    return nvcc_version() or "none"
+
+
+@functools.cache
+def _package(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+def _tree_digest(paths) -> str:
+    """sha256 over the (name, bytes) of every file under the given files / folders, in a stable order."""
+    h = hashlib.sha256()
+    for p in paths:
+        p = Path(p)
+        files = sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts) \
+            if p.is_dir() else [p] if p.is_file() else []
+        for f in files:
+            h.update(str(f.relative_to(p.parent)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def toolchain(lang: str) -> dict:
+    """What, besides the inputs, decides a build of this language."""
+    out = {"python": platform.python_version(), "xlang": xlang.__version__}
+    if lang == "cuda_ptx":
+        out["nvcc"] = _nvcc_version()
+    else:
+        out["torch"] = _package("torch")
+        out["triton" if lang == "triton" else "nvidia-cutlass-dsl"] = _package(
+            "triton" if lang == "triton" else "nvidia-cutlass-dsl")
+    out["cuobjdump"] = _package("nvidia-cuda-cuobjdump")  # the census's disassembler
+    return out
+
+
+def key(source: str, lang: str, task, arch, shape: dict, required) -> str:
+    here = Path(__file__).resolve().parent
+    code = [resources.folder("backends") / lang, *sorted(Path(task.folder()).glob("*.py")),
+            here / "backend.py", here / "census.py", here / "candidate.py", here / "task.py",
+            here / "archs.toml", here / "sandbox.py"]
+    if lang == "cuda_ptx":
+        code += list(arch.template_dirs)
+    material = {"format": FORMAT, "source": hashlib.sha256(source.encode()).hexdigest(), "lang": lang,
+                "task": task.name, "arch": arch.name, "shape": sorted(shape.items()), "required": list(required),
+                "toolchain": toolchain(lang), "code": _tree_digest(code)}
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _entry(k: str) -> Path:
+    return cache_root() / k[:2] / k
+
+
+def _rebase(text: str, old: str, new: str) -> str:
+    return text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+
+
+def _referenced(result) -> list[str]:
+    paths = [result.load_path] + [p for k in result.kernels for p in (k.cubin, k.ptx)]
+    return sorted({p for p in paths if p})
+
+
+def store(k: str, result) -> bool:
+    """Keep a successful result's files (those it names) under key k. False when not cacheable or on any
+    error: the cache is an optimisation, a failure to write it never fails a build."""
+    if not (enabled() and result.ok and result.census is not None):
+        return False
+    workdir = Path(result.workdir).resolve()
+    final = _entry(k)
+    if final.exists():
+        return True
+    try:
+        rels = [Path(p).resolve().relative_to(workdir) for p in _referenced(result)]
+    except ValueError:
+        return False  # a file outside the workdir: nothing we can vouch for
+    if any(p.is_symlink() for p in map(Path, _referenced(result))):
+        return False
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
+        files = {}
+        for rel in rels:
+            dest = tmp / "files" / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(workdir / rel, dest)
+            files[str(rel)] = _sha256(dest)
+        text = _rebase(json.dumps(result.to_dict()), str(workdir), _PLACEHOLDER)
+        (tmp / "manifest.json").write_text(json.dumps({"key": k, "files": files, "result": text}))
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process stored it first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    except OSError:
+        return False
+
+
+def lookup(k: str, workdir: Path):
+    """The cached result for key k with its files copied into workdir (verified first), else None."""
+    if not enabled():
+        return None
+    from xlang.backend import BuildResult
+
+    entry = _entry(k)
+    try:
+        manifest = json.loads((entry / "manifest.json").read_text())
+        if manifest.get("key") != k:
+            return None
+        files = manifest["files"]
+        for rel, digest in files.items():
+            src = entry / "files" / rel
+            if Path(rel).is_absolute() or ".." in Path(rel).parts or src.is_symlink() or _sha256(src) != digest:
+                return None
+        workdir = Path(workdir).resolve()
+        for rel, digest in files.items():
+            dest = workdir / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(entry / "files" / rel, dest)
+            if _sha256(dest) != digest:  # changed between the check and the copy
+                return None
+        result = BuildResult.from_dict(json.loads(_rebase(manifest["result"], _PLACEHOLDER, str(workdir))))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    result.workdir = str(workdir)
+    result.cached = True
+    return result
