@@ -3,6 +3,8 @@
 Provider errors that may pass (rate limits, overload, 5xx, timeouts, dropped connections) are retried with
 exponential backoff and jitter; others (authentication, bad request, context window) are returned as the turn's
 error at once. Token usage comes from the response, cost from litellm.completion_cost (0 for unknown models).
+Reasoning models: the reasoning token count (usage.completion_tokens_details.reasoning_tokens, part of the
+completion tokens) and the reasoning text the provider returns (message.reasoning_content) are kept as well.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Reply:
     error: str | None = None  # the reply could not be obtained
     code: str | None = None  # set by sources that know the candidate (reference): no extraction
     attempts: int = 1
+    reasoning_tokens: int | None = None  # included in completion_tokens (None: the provider did not say)
+    reasoning: str | None = None  # the reasoning text, where the provider returns it
 
 
 def check_environment(model: str) -> None:
@@ -99,7 +103,8 @@ class LLMClient:
                 return Reply(None, self.model, seconds=time.monotonic() - start, attempts=attempt,
                              error=f"{type(e).__name__}: {str(e)[:2000]}")
         choice = resp.choices[0] if resp.choices else None
-        text = getattr(getattr(choice, "message", None), "content", None) if choice else None
+        message = getattr(choice, "message", None) if choice else None
+        text = getattr(message, "content", None)
         usage = getattr(resp, "usage", None)
         try:
             cost = float(litellm.completion_cost(completion_response=resp) or 0.0)
@@ -109,4 +114,25 @@ class LLMClient:
                      prompt_tokens=getattr(usage, "prompt_tokens", None),
                      completion_tokens=getattr(usage, "completion_tokens", None),
                      total_tokens=getattr(usage, "total_tokens", None), cost_usd=cost,
-                     seconds=time.monotonic() - start, attempts=attempt)
+                     seconds=time.monotonic() - start, attempts=attempt, reasoning_tokens=reasoning_tokens(usage),
+                     reasoning=reasoning_text(message))
+
+
+def reasoning_tokens(usage) -> int | None:
+    """usage.completion_tokens_details.reasoning_tokens (OpenAI's and litellm's spelling for every provider)."""
+    details = getattr(usage, "completion_tokens_details", None)
+    if isinstance(details, dict):
+        value = details.get("reasoning_tokens")
+    else:
+        value = getattr(details, "reasoning_tokens", None)
+    return int(value) if isinstance(value, (int, float)) else None
+
+
+def reasoning_text(message) -> str | None:
+    """message.reasoning_content, else the text of Anthropic-style thinking blocks; None when there is none."""
+    text = getattr(message, "reasoning_content", None)
+    if isinstance(text, str) and text:
+        return text
+    blocks = getattr(message, "thinking_blocks", None) or []
+    parts = [b.get("thinking") for b in blocks if isinstance(b, dict) and b.get("thinking")]
+    return "\n\n".join(parts) if parts else None

@@ -33,4 +33,21 @@ __device__ __forceinline__ bool elect_one_sync() {
   return chosen != 0;
 }
 
+// ---- clusters (sm_90+; PTX special registers %cluster_ctarank, barrier.cluster) -------------
+// Rank of this CTA in its cluster (0 .. cluster size - 1). CTA pairs for cta_group::2 are ranks
+// 2i and 2i+1; the multicast masks of TMA and tcgen05.commit use these ranks as bit numbers.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// All threads of all CTAs of the cluster. Use it after mbarrier init (so peers never arrive on
+// an uninitialised barrier) and before exit (so no CTA leaves while a peer may still write its
+// shared memory or barriers).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;"
+               ::: "memory");
+}
+
 }  // namespace xl

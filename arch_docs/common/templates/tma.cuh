@@ -1,8 +1,11 @@
 // xlang arch_docs: TMA (tensor memory accelerator) device wrappers.
 // PTX ISA: "cp.async.bulk.tensor", "cp.async.bulk.commit_group",
 // "cp.async.bulk.wait_group", "prefetch.tensormap". sm_90+.
-// SASS family: UTMALDG.2D / UTMALDG.3D (loads), UTMASTG.2D (store),
-// UTMACMDFLUSH / DEPBAR for the bulk-group commit / wait, UTMAPF (prefetch).
+// SASS (nvcc 13.0, checked by tests/test_arch_docs_claims.py; table in params.md): UTMALDG.2D /
+// UTMALDG.3D (loads; .MULTICAST and, on sm_100a, .2CTA forms), UTMASTG.2D (store), UTMACMDFLUSH
+// (bulk-group commit), UTMACCTL.PF (prefetch.tensormap: the DESCRIPTOR prefetch). UTMAPF.L2.*
+// is a different instruction, cp.async.bulk.prefetch.tensor (prefetch of DATA into L2), which is
+// not wrapped here.
 //
 // The tensor map (CUtensorMap, 128 bytes, 64-byte aligned) is built on the host
 // (tma_host.cuh) and passed BY VALUE as a `const __grid_constant__ CUtensorMap`
@@ -19,7 +22,7 @@ __device__ __forceinline__ uint64_t tmap_ptr(const CUtensorMap* map) {
   return reinterpret_cast<uint64_t>(map);
 }
 
-// Hint the descriptor into cache (optional; one thread).
+// Hint the descriptor into cache (optional; one thread). SASS: UTMACCTL.PF.
 __device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" :: "l"(tmap_ptr(map)) : "memory");
 }
@@ -44,6 +47,42 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const CUtensorMap* m
       " [%0], [%1, {%2, %3, %4}], [%5];"
       :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(c2),
          "r"(smem_u32(bar))
+      : "memory");
+}
+
+// ---- cluster forms (launch with a cluster; PTX cp.async.bulk.tensor, .multicast::cluster and
+// .cta_group::2; CUTLASS include/cute/arch/copy_sm90_tma.hpp and copy_sm100_tma.hpp) ----------
+// Multicast: ONE thread in ONE CTA issues it; the box lands at the same smem offset in every CTA
+// whose bit is set in cta_mask (bit i = %cluster_ctarank i) and each of those CTAs' barrier at
+// the same offset receives complete_tx for the bytes IT received. So every receiving CTA must
+// arm its own barrier with expect_tx for the full box, and must not reuse the stage until all
+// consumers in all receiving CTAs released it (e.g. tcgen05_commit_multicast to the issuer).
+// Typical split: a cluster of 2 along N shares the A tile: each CTA loads half of A's rows and
+// multicasts to both, so each CTA's full barrier expects the whole A tile + its own B tile.
+__device__ __forceinline__ void tma_load_2d_multicast(void* smem_dst, const CUtensorMap* map,
+                                                      uint64_t* bar, int c0, int c1,
+                                                      uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+      :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)),
+         "h"(cta_mask)
+      : "memory");
+}
+
+// CTA-pair load (sm_100a only: ptxas rejects .cta_group on sm_90a; kernels whose tcgen05 ops are cta_group::2). Each CTA of the pair
+// loads ITS half into its own smem, but the completion goes to the barrier of the EVEN CTA of
+// the pair: the barrier's shared::cluster address with bit 24 cleared (& 0xFEFFFFFF, CUTLASS
+// Sm100MmaPeerBitMask) -- applied here. So the even CTA's expect_tx counts the bytes of BOTH
+// CTAs (CUTLASS sm100_mma_warpspecialized.hpp TmaTransactionBytes = pair size x per-CTA bytes),
+// and only the even CTA's MMA thread waits on it.
+__device__ __forceinline__ void tma_load_2d_pair(void* smem_dst, const CUtensorMap* map,
+                                                 uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.cta_group::2.shared::cluster.global.tile"
+      ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+      :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1),
+         "r"(smem_u32(bar) & 0xFEFFFFFFu)
       : "memory");
 }
 

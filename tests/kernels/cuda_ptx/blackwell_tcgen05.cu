@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(128) tcgen05_probe(const __nv_bfloat16* a,
   for (int i = tid; i < 128 * 64; i += 128) sA[i] = a[i];
   for (int i = tid; i < 64 * 64; i += 128) sB[i] = b[i];
   if (warp == 0) {
-    xl::tmem_alloc(&tmem_base_slot, 64);
+    xl::tmem_alloc<64>(&tmem_base_slot);
     xl::tmem_relinquish_alloc_permit();
   }
   if (tid == 0) {
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(128) tcgen05_probe(const __nv_bfloat16* a,
   const uint32_t tmem = tmem_base_slot;
 
   if (tid == 0) {
-    constexpr uint32_t idesc = xl::umma_idesc_bf16_f32(128, 64);
+    constexpr uint32_t idesc = xl::umma_idesc_bf16_f32<128, 64>();
     const uint64_t da = xl::umma_desc_kmajor_sw128(sA);
     const uint64_t db = xl::umma_desc_kmajor_sw128(sB);
 #pragma unroll
@@ -70,6 +70,6 @@ __global__ void __launch_bounds__(128) tcgen05_probe(const __nv_bfloat16* a,
   __syncthreads();
   if (warp == 0) {
     xl::tcgen05_fence_after();
-    xl::tmem_dealloc(tmem, 64);
+    xl::tmem_dealloc<64>(tmem);
   }
 }

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int ktiles = (K + BK - 1) / BK;
 
   if (warp == 0) {  // whole warp: allocation is warp-collective
-    xl::tmem_alloc(tmem_slot, TMEM_COLS);
+    xl::tmem_alloc<TMEM_COLS>(tmem_slot);
     xl::tmem_relinquish_alloc_permit();
   }
   if (tid == 32) {
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t tmem_d = *tmem_slot;  // lane 0, first allocated column
 
   if (tid == 0) {
-    constexpr uint32_t idesc = xl::umma_idesc_bf16_f32(BM, BN);
+    constexpr uint32_t idesc = xl::umma_idesc_bf16_f32<BM, BN>();
     for (int s = 0; s < STAGES && s < ktiles; ++s) {
       uint8_t* sa = smem + s * STAGE_BYTES;
       xl::mbar_arrive_expect_tx(&full[s], STAGE_BYTES);
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   __syncthreads();
   if (warp == 0) {
     xl::tcgen05_fence_after();
-    xl::tmem_dealloc(tmem_d, TMEM_COLS);
+    xl::tmem_dealloc<TMEM_COLS>(tmem_d);
   }
 }
 

@@ -1,0 +1,496 @@
+"""Every compile-checkable claim of the arch docs, checked with nvcc 13 and cuobjdump (CPU only).
+
+The claims live in the docs themselves, in two tables of ``arch_docs/<arch>/params.md``:
+
+* "SASS spellings": one row per PTX form, the wrapper that emits it (or -) and the SASS opcodes
+  ``cuobjdump -sass`` shows for it (or "none" when ptxas emits no instruction of its own).
+* "Forms ptxas accepts or rejects": one row per form and target, "accepted" or "rejected".
+
+This file holds a probe for every row, keyed by the row's first cell. All SASS probes and accepted
+forms of one architecture compile in ONE nvcc run (one kernel per probe); each rejected form
+compiles alone and must fail with the error text given here (so a typo in a probe cannot pass as
+a rejection), and each has an accepted twin differing only in the form under test. A row without
+a probe, or a probe without a row, fails the test: the docs and the checks move together.
+
+Run ``python3 tests/test_arch_docs_claims.py`` to print each probe's SASS (to write a new row).
+Compiling proves spelling and SASS mapping only, never run-time semantics (no B200 exists here).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from xlang.toolchain import find_tool
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "arch_docs"
+GENCODE = {
+    "sm_100a": "-gencode=arch=compute_100a,code=sm_100a",
+    "sm_100": "-gencode=arch=compute_100,code=sm_100",
+    "sm_90a": "-gencode=arch=compute_90a,code=sm_90a",
+    "sm_90": "-gencode=arch=compute_90,code=sm_90",
+}
+INCLUDES = {
+    "b200": ["arch_docs/b200/templates", "arch_docs/common/templates"],
+    "h100": ["arch_docs/h100/templates", "arch_docs/common/templates"],
+}
+TARGET = {"b200": "sm_100a", "h100": "sm_90a"}
+
+NVCC = find_tool("nvcc")
+CUOBJDUMP = find_tool("cuobjdump")
+pytestmark = pytest.mark.skipif(NVCC is None or CUOBJDUMP is None,
+                                reason="needs nvcc and cuobjdump (pip install nvidia-cuda-cuobjdump)")
+
+# Every probe kernel has this signature and these shared objects, so a body can use any of them.
+PRELUDE = """#include <cstdint>
+#include <cuda.h>
+#include "ptx_common.cuh"
+#include "mbarrier.cuh"
+#include "fence.cuh"
+#include "tma.cuh"
+"""
+HEADERS = {"b200": '#include "tcgen05.cuh"\n'
+                   '__device__ __forceinline__ void xl_setmaxnreg_inc_232() {\n'
+                   '  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");\n}\n',
+           "h100": '#include "wgmma.cuh"\n#include "setmaxnreg.cuh"\n#include "ldsm_stsm.cuh"\n'}
+SIGNATURE = ("(const __grid_constant__ CUtensorMap map, uint32_t* out, uint32_t t, uint64_t da, "
+             "uint64_t db, uint32_t idesc, uint32_t mask32)")
+LOCALS = """  __shared__ alignas(1024) uint8_t smem[2048];
+  __shared__ alignas(8) uint64_t bar;
+  __shared__ uint32_t slot;
+  const uint16_t mask = static_cast<uint16_t>(mask32);
+  uint32_t r[32];
+  float acc[64];
+  (void)smem; (void)bar; (void)slot; (void)mask; (void)r; (void)acc;
+"""
+# Write registers out so that the loads under test are used.
+SINK = "  for (int i = 0; i < 32; ++i) out[threadIdx.x * 32 + i] = r[i];\n"
+
+
+def _ptx(form: str) -> str:
+    return f'asm volatile("{form}" ::: "memory");'
+
+
+# ---- SASS probes: first cell of the params.md row -> kernel body ---------------------------------
+SASS_PROBES = {
+    "b200": {
+        "tcgen05.alloc.cta_group::1": "if (threadIdx.x < 32) xl::tmem_alloc<32>(&slot);",
+        "tcgen05.alloc.cta_group::2": "if (threadIdx.x < 32) xl::tmem_alloc<32, 2>(&slot);",
+        "tcgen05.dealloc.cta_group::1": "if (threadIdx.x < 32) xl::tmem_dealloc<32>(t);",
+        "tcgen05.relinquish_alloc_permit.cta_group::1":
+            "if (threadIdx.x < 32) xl::tmem_relinquish_alloc_permit();",
+        "tcgen05.fence::before_thread_sync": "xl::tcgen05_fence_before();",
+        "tcgen05.fence::after_thread_sync": "xl::tcgen05_fence_after();",
+        "tcgen05.wait::ld": "xl::tcgen05_wait_ld();",
+        "tcgen05.wait::st": "xl::tcgen05_wait_st();",
+        "tcgen05.mma.cta_group::1.kind::f16 (A, B in smem)":
+            "if (threadIdx.x == 0) xl::tcgen05_mma_f16(t, da, db, idesc, mask32);",
+        "tcgen05.mma.cta_group::1.kind::f16 (A in TMEM)":
+            "if (threadIdx.x == 0) xl::tcgen05_mma_f16_ts(t, t + 256, db, idesc, mask32);",
+        "tcgen05.mma.cta_group::2.kind::f16":
+            "if (threadIdx.x == 0) xl::tcgen05_mma_f16_pair(t, da, db, idesc, mask32);",
+        "tcgen05.mma.cta_group::2.kind::f16 (A in TMEM)":
+            "if (threadIdx.x == 0) xl::tcgen05_mma_f16_ts_pair(t, t + 256, db, idesc, mask32);",
+        "tcgen05.mma.cta_group::1.kind::tf32":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::tf32 [%0], %1, %2, %3, 1;"'
+            ' :: "r"(t), "l"(da), "l"(db), "r"(idesc) : "memory");',
+        "tcgen05.mma.cta_group::1.kind::f8f6f4":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::f8f6f4 [%0], %1, %2, %3, 1;"'
+            ' :: "r"(t), "l"(da), "l"(db), "r"(idesc) : "memory");',
+        "tcgen05.mma.cta_group::1.kind::i8":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::i8 [%0], %1, %2, %3, 1;"'
+            ' :: "r"(t), "l"(da), "l"(db), "r"(idesc) : "memory");',
+        "tcgen05.mma.cta_group::1.kind::mxf4.block_scale":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::mxf4.block_scale '
+            '[%0], %1, %2, %3, [%4], [%5], 1;" :: "r"(t), "l"(da), "l"(db), "r"(idesc), "r"(t + 64),'
+            ' "r"(t + 96) : "memory");',
+        "tcgen05.commit.cta_group::1.mbarrier::arrive::one":
+            "if (threadIdx.x == 0) xl::tcgen05_commit(&bar);",
+        "tcgen05.commit.cta_group::1 .multicast::cluster":
+            "if (threadIdx.x == 0) xl::tcgen05_commit_multicast(&bar, mask);",
+        "tcgen05.commit.cta_group::2 .multicast::cluster":
+            "if (threadIdx.x == 0) xl::tcgen05_commit_pair_multicast(&bar, mask);",
+        "tcgen05.ld.32x32b.x32": "xl::tmem_ld_32x32b_x32(t, r); xl::tcgen05_wait_ld();" + SINK,
+        "tcgen05.ld.32x32b.x32.pack::16b": "xl::tmem_ld_32x32b_x32_pack16(t, r); xl::tcgen05_wait_ld();" + SINK,
+        "tcgen05.ld.16x256b.x8": "xl::tmem_ld_16x256b<8>(t, r); xl::tcgen05_wait_ld();" + SINK,
+        "tcgen05.ld.16x128b.x16": "xl::tmem_ld_16x128b<16>(t, r); xl::tcgen05_wait_ld();" + SINK,
+        "tcgen05.st.32x32b.x8":
+            "uint32_t w[8]; for (int i = 0; i < 8; ++i) w[i] = t + i; xl::tmem_st_32x32b_x8(t, w);",
+        "tcgen05.st.32x32b.x32.unpack::16b":
+            "for (int i = 0; i < 32; ++i) r[i] = t * i; xl::tmem_st_32x32b_x32_unpack16(t, r);",
+        "tcgen05.cp.cta_group::1.128x256b":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.cp.cta_group::1.128x256b [%0], %1;"'
+            ' :: "r"(t), "l"(da) : "memory");',
+        "cp.async.bulk.tensor.2d (load)":
+            "if (threadIdx.x == 0) xl::tma_load_2d(smem, &map, &bar, 0, 0);",
+        "cp.async.bulk.tensor.2d .multicast::cluster (load)":
+            "if (threadIdx.x == 0) xl::tma_load_2d_multicast(smem, &map, &bar, 0, 0, mask);",
+        "cp.async.bulk.tensor.2d .cta_group::2 (load)":
+            "if (threadIdx.x == 0) xl::tma_load_2d_pair(smem, &map, &bar, 0, 0);",
+        "cp.async.bulk.tensor.2d (store)": "if (threadIdx.x == 0) xl::tma_store_2d(&map, smem, 0, 0);",
+        "cp.async.bulk.commit_group": "xl::tma_store_commit();",
+        "prefetch.tensormap": "xl::tma_prefetch_desc(&map);",
+        "cp.async.bulk.prefetch.tensor.2d.L2":
+            'asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"'
+            ' :: "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(0) : "memory");',
+        "elect.sync": "out[threadIdx.x] = xl::elect_one_sync();",
+        "fence.proxy.async.shared::cta": "xl::fence_proxy_async_smem();",
+        "mbarrier.init": "xl::mbar_init(&bar, t);",
+        "mbarrier.arrive.expect_tx": "xl::mbar_arrive_expect_tx(&bar, t);",
+        "mbarrier.try_wait.parity": "out[threadIdx.x] = xl::mbar_try_wait(&bar, t);",
+        "mbarrier.arrive.release.cluster (remote, via mapa)": "xl::mbar_arrive_remote(&bar, t);",
+        "barrier.cluster.arrive + wait": "xl::cluster_sync();",
+        "setmaxnreg.inc": "xl_setmaxnreg_inc_232();",
+        "setmaxnreg.inc, kernel without a minimum-blocks launch bound": "xl_setmaxnreg_inc_232();",
+    },
+    "h100": {
+        "wgmma.mma_async m64n128k16 bf16 (A, B in smem)":
+            "xl::wgmma_m64n128k16_ss(*reinterpret_cast<float(*)[64]>(acc), da, db, 1);"
+            "for (int i = 0; i < 64; ++i) out[threadIdx.x * 64 + i] = __float_as_uint(acc[i]);",
+        "wgmma.fence": "xl::wgmma_fence();",
+        "wgmma.wait_group": "xl::wgmma_wait<0>();",
+        "setmaxnreg.inc": "xl::setmaxnreg_inc<232>();",
+        "setmaxnreg.dec": "xl::setmaxnreg_dec<40>();",
+        "setmaxnreg.inc, kernel without a minimum-blocks launch bound": "xl::setmaxnreg_inc<232>();",
+        "ldmatrix.x4": "uint32_t q[4]; xl::ldmatrix_x4(q, smem + 16 * (threadIdx.x % 32));"
+                       "for (int i = 0; i < 4; ++i) out[threadIdx.x * 4 + i] = q[i];",
+        "ldmatrix.x4.trans": "uint32_t q[4]; xl::ldmatrix_x4_trans(q, smem + 16 * (threadIdx.x % 32));"
+                             "for (int i = 0; i < 4; ++i) out[threadIdx.x * 4 + i] = q[i];",
+        "stmatrix.x4": "uint32_t q[4] = {t, t + 1, t + 2, t + 3};"
+                       "xl::stmatrix_x4(smem + 16 * (threadIdx.x % 32), q);"
+                       "__syncthreads(); out[threadIdx.x] = smem[threadIdx.x];",
+        "cp.async.bulk.tensor.2d (load)":
+            "if (threadIdx.x == 0) xl::tma_load_2d(smem, &map, &bar, 0, 0);",
+        "cp.async.bulk.tensor.2d .multicast::cluster (load)":
+            "if (threadIdx.x == 0) xl::tma_load_2d_multicast(smem, &map, &bar, 0, 0, mask);",
+        "cp.async.bulk.tensor.2d (store)": "if (threadIdx.x == 0) xl::tma_store_2d(&map, smem, 0, 0);",
+        "cp.async.bulk.commit_group": "xl::tma_store_commit();",
+        "prefetch.tensormap": "xl::tma_prefetch_desc(&map);",
+        "cp.async.bulk.prefetch.tensor.2d.L2":
+            'asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];"'
+            ' :: "l"(reinterpret_cast<uint64_t>(&map)), "r"(0), "r"(0) : "memory");',
+        "elect.sync": "out[threadIdx.x] = xl::elect_one_sync();",
+        "fence.proxy.async.shared::cta": "xl::fence_proxy_async_smem();",
+        "mbarrier.init": "xl::mbar_init(&bar, t);",
+        "mbarrier.arrive.expect_tx": "xl::mbar_arrive_expect_tx(&bar, t);",
+        "mbarrier.try_wait.parity": "out[threadIdx.x] = xl::mbar_try_wait(&bar, t);",
+        "barrier.cluster.arrive + wait": "xl::cluster_sync();",
+    },
+}
+
+# ---- forms: first cell of the params.md row -> (body, error text when rejected or None) ----------
+# A rejected form's error text is what ptxas / the static_assert says; None = must compile.
+_LD = ("{{uint32_t q[{n}]; asm volatile(\"tcgen05.ld.sync.aligned.{shape}.b32 {{{regs}}}, [%{n}]{extra};\""
+       " : {outs} : \"r\"(t)); xl::tcgen05_wait_ld(); for (int i = 0; i < {n}; ++i) out[i] = q[i];}}")
+
+
+def _ld(shape: str, n: int, extra: str = "") -> str:
+    regs = ", ".join(f"%{i}" for i in range(n))
+    outs = ", ".join(f'"=r"(q[{i}])' for i in range(n))
+    return _LD.format(n=n, shape=shape, regs=regs, outs=outs, extra=extra)
+
+
+MMA_F16 = ('if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, 1;"'
+           ' :: "r"(t), "l"(da), "l"(db), "r"(idesc) : "memory");')
+WGMMA_FENCE = _ptx("wgmma.fence.sync.aligned;")
+FORM_PROBES = {
+    "b200": {
+        "tcgen05.ld.32x32b.x128": (_ld("32x32b.x128", 128), None),
+        "tcgen05.ld.16x64b.x128": (_ld("16x64b.x128", 128), None),
+        "tcgen05.ld.16x128b.x64": (_ld("16x128b.x64", 128), None),
+        "tcgen05.ld.16x128b.x128": (_ld("16x128b.x128", 256), "Illegal vector size"),
+        "tcgen05.ld.16x256b.x32": (_ld("16x256b.x32", 128), None),
+        "tcgen05.ld.16x256b.x64": (_ld("16x256b.x64", 256), "Illegal vector size"),
+        "tcgen05.ld.16x32bx2.x128": (_ld("16x32bx2.x128", 128, ", 16"), None),
+        "tcgen05.ld.32x32b.x2.pack::16b": (_ld("32x32b.x2.pack::16b", 2), None),
+        "tcgen05.ld.32x32b.x2.unpack::16b": (_ld("32x32b.x2.unpack::16b", 2), "Illegal modifier '.unpack::16b'"),
+        "tcgen05.st.32x32b.x2.unpack::16b":
+            ('asm volatile("tcgen05.st.sync.aligned.32x32b.x2.unpack::16b.b32 [%0], {%1, %2};"'
+             ' :: "r"(t), "r"(t), "r"(t) : "memory");', None),
+        "tcgen05.st.32x32b.x2.pack::16b":
+            ('asm volatile("tcgen05.st.sync.aligned.32x32b.x2.pack::16b.b32 [%0], {%1, %2};"'
+             ' :: "r"(t), "r"(t), "r"(t) : "memory");', "Illegal modifier '.pack::16b'"),
+        "tcgen05.alloc.cta_group::1 and tcgen05.mma.cta_group::2 in one kernel":
+            ('if (threadIdx.x < 32) xl::tmem_alloc<32>(&slot);'
+             'if (threadIdx.x == 0) xl::tcgen05_mma_f16_pair(t, da, db, idesc, 1);',
+             "uses single CTA(.cta_group::1) and CTA pair granularity(.cta_group::2)"),
+        "setmaxnreg.inc (on sm_100a)": (_ptx("setmaxnreg.inc.sync.aligned.u32 232;"), None),
+        "wgmma.fence (on sm_100a)": (WGMMA_FENCE, "Instruction 'wgmma.fence' not supported on .target 'sm_100a'"),
+        "tcgen05.mma on plain sm_100": (MMA_F16, "not supported on .target 'sm_100'"),
+        "xl::umma_idesc_bf16_f32<128, 136>()": ("out[0] = xl::umma_idesc_bf16_f32<128, 136>();", None),
+        "xl::umma_idesc_bf16_f32<128, 132>()": ("out[0] = xl::umma_idesc_bf16_f32<128, 132>();",
+                                                "kind::f16 shape"),
+        "xl::umma_idesc_bf16_f32<64, 8>()": ("out[0] = xl::umma_idesc_bf16_f32<64, 8>();", None),
+        "xl::umma_idesc_bf16_f32<256, 128>()": ("out[0] = xl::umma_idesc_bf16_f32<256, 128>();",
+                                                "kind::f16 shape"),
+        "xl::umma_idesc_bf16_f32<256, 128, 2>()": ("out[0] = xl::umma_idesc_bf16_f32<256, 128, 2>();", None),
+        "xl::umma_idesc_bf16_f32<128, 136, 2>()": ("out[0] = xl::umma_idesc_bf16_f32<128, 136, 2>();",
+                                                   "kind::f16 shape"),
+        "xl::umma_idesc_bf16_f32<128, 144, 1, true>()":
+            ("out[0] = xl::umma_idesc_bf16_f32<128, 144, 1, true>();", None),
+        "xl::umma_idesc_bf16_f32<128, 136, 1, true>()":
+            ("out[0] = xl::umma_idesc_bf16_f32<128, 136, 1, true>();", "kind::f16 shape"),
+        "xl::tmem_alloc<512>": ("if (threadIdx.x < 32) xl::tmem_alloc<512>(&slot);", None),
+        "xl::tmem_alloc<48>": ("if (threadIdx.x < 32) xl::tmem_alloc<48>(&slot);", "nCols must be a power of two"),
+        "xl::tmem_alloc<16>": ("if (threadIdx.x < 32) xl::tmem_alloc<16>(&slot);", "nCols must be a power of two"),
+        "xl::tmem_ld_16x256b<8>": ("xl::tmem_ld_16x256b<8>(t, r);" + SINK, None),
+        "xl::tmem_ld_16x256b<16>": ("uint32_t q[64]; xl::tmem_ld_16x256b<16>(t, q); out[0] = q[0];",
+                                    "16x256b: wrapped for"),
+    },
+    "h100": {
+        "wgmma.fence (on sm_90a)": (WGMMA_FENCE, None),
+        "wgmma.fence on plain sm_90": (WGMMA_FENCE, "Instruction 'wgmma.fence' not supported on .target 'sm_90'"),
+        "tcgen05.fence::before_thread_sync (on sm_90a)":
+            (_ptx("tcgen05.fence::before_thread_sync;"),
+             "Instruction 'tcgen05.fence' not supported on .target 'sm_90a'"),
+        "setmaxnreg.inc (on sm_90a)": (_ptx("setmaxnreg.inc.sync.aligned.u32 232;"), None),
+        "xl::setmaxnreg_inc<236>": ("xl::setmaxnreg_inc<236>();", "setmaxnreg: 24..256, multiple of 8"),
+    },
+}
+# Each rejected form -> the accepted probe it differs from in only the thing under test.
+TWINS = {
+    "b200": {
+        "tcgen05.ld.16x128b.x128": "tcgen05.ld.16x128b.x64",
+        "tcgen05.ld.16x256b.x64": "tcgen05.ld.16x256b.x32",
+        "tcgen05.ld.32x32b.x2.unpack::16b": "tcgen05.ld.32x32b.x2.pack::16b",
+        "tcgen05.st.32x32b.x2.pack::16b": "tcgen05.st.32x32b.x2.unpack::16b",
+        "tcgen05.alloc.cta_group::1 and tcgen05.mma.cta_group::2 in one kernel": "tcgen05.mma.cta_group::2.kind::f16",
+        "wgmma.fence (on sm_100a)": "setmaxnreg.inc (on sm_100a)",
+        "tcgen05.mma on plain sm_100": "tcgen05.mma.cta_group::1.kind::f16 (A, B in smem)",
+        "xl::umma_idesc_bf16_f32<128, 132>()": "xl::umma_idesc_bf16_f32<128, 136>()",
+        "xl::umma_idesc_bf16_f32<256, 128>()": "xl::umma_idesc_bf16_f32<256, 128, 2>()",
+        "xl::umma_idesc_bf16_f32<128, 136, 2>()": "xl::umma_idesc_bf16_f32<256, 128, 2>()",
+        "xl::umma_idesc_bf16_f32<128, 136, 1, true>()": "xl::umma_idesc_bf16_f32<128, 144, 1, true>()",
+        "xl::tmem_alloc<48>": "xl::tmem_alloc<512>",
+        "xl::tmem_alloc<16>": "xl::tmem_alloc<512>",
+        "xl::tmem_ld_16x256b<16>": "xl::tmem_ld_16x256b<8>",
+    },
+    "h100": {
+        "wgmma.fence on plain sm_90": "wgmma.fence (on sm_90a)",
+        "tcgen05.fence::before_thread_sync (on sm_90a)": "setmaxnreg.inc (on sm_90a)",
+        "xl::setmaxnreg_inc<236>": "setmaxnreg.inc",
+    },
+}
+# Forms whose row names a target other than the architecture's own (first cell -> target).
+FORM_TARGET = {"tcgen05.mma on plain sm_100": "sm_100", "wgmma.fence on plain sm_90": "sm_90"}
+
+
+# ---- the doc tables ---------------------------------------------------------------------------------
+
+def _table_after(text: str, heading: str) -> list[list[str]]:
+    """Rows (cells) of the first markdown table after the line starting with `heading`."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(heading))
+    rows, seen = [], False
+    for ln in lines[start + 1:]:
+        if ln.startswith("|"):
+            seen = True
+            cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif seen:
+            break
+    return rows[1:]  # drop the header row
+
+
+def _first_code(cell: str) -> str:
+    m = re.match(r"`([^`]+)`(.*)$", cell)
+    assert m, f"first cell must start with `...`: {cell!r}"
+    return (m.group(1) + m.group(2)).strip()
+
+
+def sass_claims(arch: str) -> dict[str, tuple[str, list[str]]]:
+    """PTX form -> (wrapper cell, SASS opcodes claimed; [] means 'none')."""
+    rows = _table_after((DOCS / arch / "params.md").read_text(), "## SASS spellings")
+    out = {}
+    for cells in rows:
+        assert len(cells) == 3, f"{arch} SASS row needs 3 cells: {cells}"
+        sass = cells[2]
+        opcodes = [] if sass.lower().startswith("none") else re.findall(r"`([^`]+)`", sass)
+        assert opcodes or sass.lower().startswith("none"), f"no SASS named in {cells}"
+        out[_first_code(cells[0])] = (cells[1], opcodes)
+    return out
+
+
+def form_claims(arch: str) -> dict[str, tuple[str, bool]]:
+    """form -> (target, accepted?)."""
+    rows = _table_after((DOCS / arch / "params.md").read_text(), "## Forms ptxas accepts or rejects")
+    out = {}
+    for cells in rows:
+        assert len(cells) == 3, f"{arch} forms row needs 3 cells: {cells}"
+        m = re.match(r"(accepted|rejected)\b", cells[2].lower())
+        assert m, f"verdict must start with accepted / rejected: {cells}"
+        verdict = m.group(1)
+        out[_first_code(cells[0])] = (cells[1].strip("`"), verdict == "accepted")
+    return out
+
+
+# ---- compiling ----------------------------------------------------------------------------------------
+
+# Full mnemonic with modifiers; lower case occurs in shapes (HGMMA.64x128x16..., LDTM.x32).
+_MNEMONIC = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[0-9T]\s+)?([A-Z][A-Za-z0-9_.]*)")
+
+
+# ptxas drops setmaxnreg (info C7508, "unable to determine register count at entry") unless the kernel
+# declares __launch_bounds__(threads, min_blocks); the probes do, except the rows that show it.
+NO_MIN_BLOCKS = "setmaxnreg.inc, kernel without a minimum-blocks launch bound"
+
+
+def _source(arch: str, bodies: dict[str, str], loose: tuple[str, ...] = ()) -> str:
+    kernels = [f'extern "C" __global__ void __launch_bounds__({"128" if name in loose else "128, 1"}) '
+               f'{name}{SIGNATURE} {{\n{LOCALS}  {body}\n}}\n' for name, body in bodies.items()]
+    return PRELUDE + HEADERS[arch] + "\n".join(kernels)
+
+
+def _nvcc(arch: str, target: str, source: str, workdir: Path, stem: str) -> subprocess.CompletedProcess:
+    src, cubin = workdir / f"{stem}.cu", workdir / f"{stem}.cubin"
+    src.write_text(source)
+    inc = [a for d in INCLUDES[arch] for a in ("-I", str(REPO / d))]
+    return subprocess.run([str(NVCC), GENCODE[target], "-std=c++17", *inc, "-cubin", "-o", str(cubin), str(src)],
+                          capture_output=True, text=True)
+
+
+def _sass_by_kernel(cubin: Path) -> dict[str, collections.Counter]:
+    res = subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True, text=True, check=True)
+    out: dict[str, collections.Counter] = {}
+    current = None
+    for line in res.stdout.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            current = out.setdefault(m.group(1), collections.Counter())
+            continue
+        m = _MNEMONIC.search(line)
+        if m and current is not None:
+            current[m.group(1)] += 1
+    return out
+
+
+def _has(ops: collections.Counter, spelled: str) -> bool:
+    return any(op == spelled or op.startswith(spelled + ".") for op in ops)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One nvcc run per architecture: every SASS probe and every accepted form, plus an empty kernel
+    (the baseline for 'none'); every rejected form compiled alone, two at a time."""
+    work = tmp_path_factory.mktemp("claims")
+    result = {}
+    rejected_jobs = []
+    for arch in ("b200", "h100"):
+        bodies = {"probe_empty": ""}
+        names = {}
+        for i, (key, body) in enumerate(SASS_PROBES[arch].items()):
+            bodies[f"sass_{i}"] = body
+            names[key] = f"sass_{i}"
+        for i, (key, (body, err)) in enumerate(FORM_PROBES[arch].items()):
+            if err is None and FORM_TARGET.get(key, TARGET[arch]) == TARGET[arch]:
+                bodies[f"form_{i}"] = body
+                names[key] = f"form_{i}"
+            else:
+                rejected_jobs.append((arch, key, FORM_TARGET.get(key, TARGET[arch]), body))
+        res = _nvcc(arch, TARGET[arch], _source(arch, bodies, (names.get(NO_MIN_BLOCKS, ""),)), work,
+                    f"probes_{arch}")
+        assert res.returncode == 0, f"{arch} probes failed to compile:\n{res.stderr[-4000:]}"
+        result[arch] = (names, _sass_by_kernel(work / f"probes_{arch}.cubin"))
+
+    def one(job):
+        arch, key, target, body = job
+        stem = "rej_" + re.sub(r"\W+", "_", f"{arch}_{key}")[:80]
+        return job, _nvcc(arch, target, _source(arch, {"probe": body}), work, stem)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        alone = {(job[0], job[1]): res for job, res in pool.map(one, rejected_jobs)}
+    return result, alone
+
+
+# ---- the tests ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["b200", "h100"])
+def test_every_doc_row_has_a_probe_and_back(arch):
+    assert set(sass_claims(arch)) == set(SASS_PROBES[arch]), (
+        f"{arch} SASS table vs probes: only in doc {set(sass_claims(arch)) - set(SASS_PROBES[arch])}, "
+        f"only probed {set(SASS_PROBES[arch]) - set(sass_claims(arch))}")
+    assert set(form_claims(arch)) == set(FORM_PROBES[arch]), (
+        f"{arch} forms table vs probes: only in doc {set(form_claims(arch)) - set(FORM_PROBES[arch])}, "
+        f"only probed {set(FORM_PROBES[arch]) - set(form_claims(arch))}")
+
+
+@pytest.mark.parametrize("arch", ["b200", "h100"])
+def test_sass_spellings(arch, built):
+    (names, sass), _ = built[0][arch], None
+    base = set(sass["probe_empty"])
+    wrong = []
+    for key, (wrapper, claimed) in sass_claims(arch).items():
+        ops = sass[names[key]]
+        wrapper_names = re.findall(r"`(xl::\w+)", wrapper)
+        missing_wrapper = [w for w in wrapper_names if w not in SASS_PROBES[arch][key]]
+        if missing_wrapper:
+            wrong.append(f"{key}: the doc names {missing_wrapper}, the probe does not call it")
+        if not claimed:
+            extra = set(ops) - base
+            if extra:
+                wrong.append(f"{key}: doc says no SASS, got {sorted(extra)}")
+        for op in claimed:
+            if not _has(ops, op):
+                wrong.append(f"{key}: doc says `{op}`, SASS has {sorted(set(ops) - base)}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("arch", ["b200", "h100"])
+def test_forms_accepted_or_rejected(arch, built):
+    result, alone = built
+    names, sass = result[arch]
+    wrong = []
+    for key, (target, accepted) in form_claims(arch).items():
+        body, err = FORM_PROBES[arch][key]
+        probe_target = FORM_TARGET.get(key, TARGET[arch])
+        if target != probe_target:
+            wrong.append(f"{key}: doc says target {target}, probe compiles for {probe_target}")
+        if accepted != (err is None):
+            wrong.append(f"{key}: doc says {'accepted' if accepted else 'rejected'}, the probe expects the opposite")
+        if err is None and probe_target == TARGET[arch]:
+            assert names[key] in sass  # it compiled with the batch
+        else:
+            res = alone[(arch, key)]
+            if err is None and res.returncode != 0:
+                wrong.append(f"{key}: expected to compile for {probe_target}, failed: {res.stderr[-600:]}")
+            if err is not None and (res.returncode == 0 or err not in res.stderr):
+                wrong.append(f"{key}: expected rejection with {err!r}, got rc={res.returncode} {res.stderr[-600:]}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_rejected_forms_have_an_accepted_twin():
+    """A rejection only means something next to an accepted form one step away (same instruction,
+    same probe shape), so that a rejected probe cannot fail for an unrelated reason."""
+    for arch, probes in FORM_PROBES.items():
+        rejected = {k for k, (_, err) in probes.items() if err is not None}
+        assert rejected == set(TWINS[arch]), f"{arch}: twins missing or stale: {rejected ^ set(TWINS[arch])}"
+        for key, twin in TWINS[arch].items():
+            ok = (twin in probes and probes[twin][1] is None) or twin in SASS_PROBES[arch]
+            assert ok, f"{arch}: twin {twin!r} of {key!r} is not an accepted probe"
+
+
+if __name__ == "__main__":  # print the SASS of every probe, to write or check a doc row
+    with tempfile.TemporaryDirectory() as d:
+        for arch in ("b200", "h100"):
+            bodies = {"probe_empty": ""}
+            keys = {}
+            for i, (key, body) in enumerate(SASS_PROBES[arch].items()):
+                bodies[f"sass_{i}"] = body
+                keys[f"sass_{i}"] = key
+            loose = tuple(n for n, k in keys.items() if k == NO_MIN_BLOCKS)
+            res = _nvcc(arch, TARGET[arch], _source(arch, bodies, loose), Path(d), arch)
+            if res.returncode:
+                print(res.stderr)
+                continue
+            sass = _sass_by_kernel(Path(d) / f"{arch}.cubin")
+            base = set(sass["probe_empty"])
+            for name, key in keys.items():
+                print(f"{arch} | {key} | {sorted(set(sass[name]) - base)}")
