@@ -1,0 +1,560 @@
+"""Trusted side of the GPU observer: build the CUPTI injection library, hand it to the runner, read its records.
+
+The runner (the untrusted process that loads and launches the candidate) gets, through its environment,
+``CUDA_INJECTION64_PATH`` = the library built from ``observer/xlang_observer.c``; the CUDA driver loads it at
+``cuInit`` and from then on it records every kernel, memcpy and memset of every stream, thread and context of the
+runner, with the SHA-256 of the module each kernel's code came from. The candidate's Python cannot patch it.
+
+Protocol (see the C file's header for the authoritative description):
+
+* two pipes: records (runner -> judge, fd ``XLANG_OBSERVER_FD`` in the runner) and commands (judge -> runner,
+  fd ``XLANG_OBSERVER_CTL_FD``), both passed with ``pass_fds``;
+* the judge first sends ``b"K" + key`` (16 random bytes); every record line is ``"<seq> <body> <mac>"`` where
+  ``mac`` is the first 16 hex digits of HMAC-SHA256(key, "<seq> <body>") and ``seq`` counts lines from 0, so a
+  line written into the pipe by anything but the library (the candidate can reach the fd) is detected;
+* ``b"F"``: the library synchronises every CUDA context it saw, force-flushes CUPTI, writes every record, then
+  ``E <flush_no> ...``; ``b"Q"``: the same, then its control thread exits.
+
+Bodies::
+
+    K start end dev ctx stream corr gx gy gz bx by bz dyn_smem graph_id dev_launched module name
+    C start end dev ctx stream corr bytes copy_kind
+    S start end dev ctx stream corr bytes
+    M module size ctx module_id
+    W what code          (an optional feature failed; informational)
+    X what code          (error: the stage must not be trusted)
+    E flush_no cupti_now_ns monotonic_now_ns launches kernels
+
+``module`` is a lowercase SHA-256 hex digest of the module's cubin as loaded, or ``-`` when unknown (graph kernels,
+launches through a cudart the library cannot query, modules loaded where the library could not bind their handle).
+Timestamps are CUPTI nanoseconds. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from xlang.errors import XlangError
+
+SOURCE = Path(__file__).with_name("observer") / "xlang_observer.c"
+MODULE_UNKNOWN = "-"
+KEY_BYTES = 16
+MAC_HEX = 16
+MAX_LINE_BYTES = 2048  # the library's own lines are < 1100 bytes
+MAX_RECORDS = 2_000_000  # per Observer; more is an error, not a silent truncation
+MAX_NAME = 200
+
+ENV_INJECTION = "CUDA_INJECTION64_PATH"
+ENV_RECORD_FD = "XLANG_OBSERVER_FD"
+ENV_CONTROL_FD = "XLANG_OBSERVER_CTL_FD"
+
+
+class ObserverError(XlangError):
+    """The observer's record of a stage cannot be trusted (error record, timeout, forged or malformed line).
+    `records` holds the flush's records when they arrived intact but contained X (error) records."""
+
+    def __init__(self, message: str, records: list | None = None):
+        super().__init__(message)
+        self.records = records or []
+
+
+class RecordError(ValueError):
+    """One record line that does not parse."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelRecord:
+    start: int
+    end: int
+    device: int
+    ctx: int
+    stream: int
+    corr: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dyn_smem: int
+    graph_id: int
+    device_launched: bool
+    module: str  # sha256 hex of the module's cubin, or MODULE_UNKNOWN
+    name: str
+    kind: str = "K"
+
+    @property
+    def duration(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    start: int
+    end: int
+    device: int
+    ctx: int
+    stream: int
+    corr: int
+    bytes: int
+    copy_kind: int
+    kind: str = "C"
+
+
+@dataclass(frozen=True)
+class SetRecord:
+    start: int
+    end: int
+    device: int
+    ctx: int
+    stream: int
+    corr: int
+    bytes: int
+    kind: str = "S"
+
+
+@dataclass(frozen=True)
+class ModuleRecord:
+    module: str
+    size: int
+    ctx: int
+    module_id: int
+    kind: str = "M"
+
+
+@dataclass(frozen=True)
+class ErrorRecord:
+    what: str
+    code: int
+    kind: str = "X"
+
+
+@dataclass(frozen=True)
+class WarningRecord:
+    what: str
+    code: int
+    kind: str = "W"
+
+
+@dataclass(frozen=True)
+class EndRecord:
+    flush_no: int
+    cupti_ns: int
+    monotonic_ns: int
+    launches: int
+    kernels: int
+    kind: str = "E"
+
+
+Record = KernelRecord | CopyRecord | SetRecord | ModuleRecord | ErrorRecord | WarningRecord | EndRecord
+
+_U64 = 2**64
+_U32 = 2**32
+_I32 = 2**31
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_SIGNED = re.compile(r"-?[0-9]{1,20}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[!-~]{1,%d}" % MAX_NAME)
+_WHAT = re.compile(r"[A-Za-z0-9_]{1,64}")
+_FRAME = re.compile(rb"([0-9]{1,20}) ([!-~][ -~]*) ([0-9a-f]{%d})" % MAC_HEX)
+
+_FIELDS = {"K": 18, "C": 9, "S": 8, "M": 5, "W": 3, "X": 3, "E": 6}
+
+
+def _uint(text: str, limit: int = _U64) -> int:
+    if not _DIGITS.fullmatch(text):
+        raise RecordError(f"not an unsigned integer: {text[:40]!r}")
+    value = int(text)
+    if value >= limit:
+        raise RecordError(f"out of range: {text}")
+    return value
+
+
+def _dim(text: str) -> int:
+    value = _uint(text, _I32)
+    if value < 1:
+        raise RecordError(f"launch dimension {value} < 1")
+    return value
+
+
+def _module(text: str) -> str:
+    if text != MODULE_UNKNOWN and not _HEX64.fullmatch(text):
+        raise RecordError(f"bad module hash: {text[:80]!r}")
+    return text
+
+
+def _interval(start: int, end: int) -> None:
+    if end < start:
+        raise RecordError(f"end {end} before start {start}")
+
+
+def parse_line(body: str) -> Record:
+    """One record body (the frame's seq and mac already removed) -> a record; RecordError if malformed."""
+    if not isinstance(body, str) or len(body) > MAX_LINE_BYTES or not body.isascii():
+        raise RecordError("not a short ASCII line")
+    fields = body.split(" ")
+    kind = fields[0]
+    want = _FIELDS.get(kind)
+    if want is None:
+        raise RecordError(f"unknown record type {kind[:20]!r}")
+    if len(fields) != want:
+        raise RecordError(f"{kind} record with {len(fields)} fields, want {want}")
+    f = fields[1:]
+    if kind == "K":
+        start, end = _uint(f[0]), _uint(f[1])
+        _interval(start, end)
+        if not _NAME.fullmatch(f[16]):
+            raise RecordError(f"bad kernel name {f[16][:80]!r}")
+        if f[14] not in ("0", "1"):
+            raise RecordError(f"bad device-launched flag {f[14][:20]!r}")
+        return KernelRecord(start=start, end=end, device=_uint(f[2], _U32), ctx=_uint(f[3], _U32),
+                            stream=_uint(f[4], _U32), corr=_uint(f[5], _U32),
+                            grid=(_dim(f[6]), _dim(f[7]), _dim(f[8])), block=(_dim(f[9]), _dim(f[10]), _dim(f[11])),
+                            dyn_smem=_uint(f[12], _I32), graph_id=_uint(f[13], _U32), device_launched=f[14] == "1",
+                            module=_module(f[15]), name=f[16])
+    if kind in ("C", "S"):
+        start, end = _uint(f[0]), _uint(f[1])
+        _interval(start, end)
+        common = dict(start=start, end=end, device=_uint(f[2], _U32), ctx=_uint(f[3], _U32),
+                      stream=_uint(f[4], _U32), corr=_uint(f[5], _U32), bytes=_uint(f[6]))
+        if kind == "C":
+            return CopyRecord(**common, copy_kind=_uint(f[7], 256))
+        return SetRecord(**common)
+    if kind == "M":
+        return ModuleRecord(module=_module(f[0]), size=_uint(f[1]), ctx=_uint(f[2], _U32), module_id=_uint(f[3], _U32))
+    if kind in ("W", "X"):
+        if not _WHAT.fullmatch(f[0]):
+            raise RecordError(f"bad {kind} record subject {f[0][:80]!r}")
+        if not _SIGNED.fullmatch(f[1]):
+            raise RecordError(f"bad {kind} record code {f[1][:40]!r}")
+        cls = ErrorRecord if kind == "X" else WarningRecord
+        return cls(what=f[0], code=int(f[1]))
+    return EndRecord(flush_no=_uint(f[0]), cupti_ns=_uint(f[1]), monotonic_ns=_uint(f[2]), launches=_uint(f[3]),
+                     kernels=_uint(f[4]))
+
+
+def frame_mac(key: bytes, seq: int, body: str) -> str:
+    """The mac the library appends to line `seq` (first MAC_HEX hex digits of HMAC-SHA256)."""
+    return hmac.new(key, f"{seq} {body}".encode("ascii"), hashlib.sha256).hexdigest()[:MAC_HEX]
+
+
+def unframe(key: bytes, line: bytes, expected_seq: int) -> str:
+    """Check one framed line (no newline) and return its body; RecordError if forged, out of order or malformed."""
+    if len(line) > MAX_LINE_BYTES:
+        raise RecordError(f"line of {len(line)} bytes")
+    m = _FRAME.fullmatch(line)
+    if not m:
+        raise RecordError(f"unframed line {line[:80]!r}")
+    seq, body, mac = int(m.group(1)), m.group(2).decode("ascii"), m.group(3).decode("ascii")
+    if not hmac.compare_digest(mac, frame_mac(key, seq, body)):
+        raise RecordError(f"bad mac on line {seq}")
+    if seq != expected_seq:
+        raise RecordError(f"line {seq} where {expected_seq} was due")
+    return body
+
+
+def span(records) -> int:
+    """GPU time of one call, in ns: latest end - earliest start over its kernels, copies and sets (0 if none)."""
+    timed = [r for r in records if isinstance(r, (KernelRecord, CopyRecord, SetRecord))]
+    if not timed:
+        return 0
+    if any(r.start == 0 or r.end == 0 for r in timed):
+        raise ObserverError("a GPU activity record has no timestamps (CUPTI could not time it)")
+    return max(r.end for r in timed) - min(r.start for r in timed)
+
+
+def kernels(records) -> list[KernelRecord]:
+    return [r for r in records if isinstance(r, KernelRecord)]
+
+
+def errors(records) -> list[ErrorRecord]:
+    return [r for r in records if isinstance(r, ErrorRecord)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building the library
+# ---------------------------------------------------------------------------------------------------------------
+def _cuda_roots() -> list[Path]:
+    roots: list[Path] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            roots.append(Path(os.environ[var]))
+    try:
+        from xlang import toolchain
+
+        inc = toolchain.cuda_include_dir()
+        if inc is not None:
+            roots.append(inc.parent)
+    except Exception:  # noqa: BLE001 - a broken toolchain lookup only removes one candidate
+        pass
+    roots += [Path("/usr/local/cuda"), Path("/usr/local/cuda-13.0")]
+    out: list[Path] = []
+    for r in roots:
+        if r not in out:
+            out.append(r)
+    return out
+
+
+def _triton_dirs() -> tuple[Path, Path] | None:
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    base = Path(list(spec.submodule_search_locations)[0]) / "backends" / "nvidia"
+    return base / "include", base / "lib" / "cupti"
+
+
+def _find_lib(dirs: list[Path]) -> Path | None:
+    for d in dirs:
+        for name in ("libcupti.so", "libcupti.so.13", "libcupti.so.12"):
+            if (d / name).is_file():
+                return d / name
+    return None
+
+
+def find_cupti() -> tuple[Path, Path]:
+    """(include dir holding cupti.h and cuda.h, libcupti shared library); ObserverError naming where it looked."""
+    looked: list[str] = []
+    for root in _cuda_roots():
+        incs = [root / "include", root / "extras" / "CUPTI" / "include", root / "targets" / "x86_64-linux" / "include"]
+        inc = next((d for d in incs if (d / "cupti.h").is_file()), None)
+        cuda_h = next((d for d in incs if (d / "cuda.h").is_file()), None)
+        lib = _find_lib([root / "extras" / "CUPTI" / "lib64", root / "lib64", root / "lib",
+                         root / "targets" / "x86_64-linux" / "lib"])
+        looked.append(str(root))
+        if inc and cuda_h and lib:  # cuda.h may sit beside it (build_library adds <root>/include then)
+            return inc, lib
+    tri = _triton_dirs()
+    if tri is not None:
+        looked.append(str(tri[0].parent))
+        lib = _find_lib([tri[1]])
+        if (tri[0] / "cupti.h").is_file() and (tri[0] / "cuda.h").is_file() and lib:
+            return tri[0], lib
+    raise ObserverError("CUPTI headers and library not found (need cupti.h, cuda.h and libcupti.so); looked under "
+                        + ", ".join(looked) + "; set CUDA_HOME to a CUDA 13 toolkit")
+
+
+def build_library(cache_dir: Path) -> Path:
+    """Compile observer/xlang_observer.c into cache_dir (cached by source, flags and CUPTI location)."""
+    inc, lib = find_cupti()
+    includes = [inc]
+    toolkit_inc = inc.parent.parent.parent / "include"  # <root>/extras/CUPTI/include -> <root>/include
+    if not (inc / "cuda.h").is_file() and (toolkit_inc / "cuda.h").is_file():
+        includes.append(toolkit_inc)
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise ObserverError("no C compiler (cc/gcc) to build the observer library")
+    flags = ["-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", "-Wall", "-Wextra"]
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), str(includes).encode(),
+                                     str(lib.resolve()).encode(), cc.encode()])).hexdigest()[:16]
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out = cache_dir / f"libxlang_observer-{key}.so"
+    if out.is_file():
+        return out
+    fd, tmp = tempfile.mkstemp(prefix=".observer-", suffix=".so", dir=cache_dir)
+    os.close(fd)
+    cmd = [cc, *flags, *[f"-I{d}" for d in includes], str(SOURCE), str(lib),
+           f"-Wl,-rpath,{lib.resolve().parent}", "-ldl", "-o", tmp]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise ObserverError(f"building the observer library failed ({' '.join(cmd)}):\n{proc.stderr[-4000:]}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The judge's end of the pipes
+# ---------------------------------------------------------------------------------------------------------------
+class Observer:
+    """Pipes to one runner process. Use::
+
+        obs = Observer(lib)
+        env, fds = obs.child_args()
+        proc = subprocess.Popen(cmd, env={**base_env, **env}, pass_fds=fds)
+        obs.start()                 # closes the child's ends here, sends the key, starts draining
+        ...                         # the runner launches the candidate
+        records = obs.flush(10.0)   # everything the runner did on the GPU since the previous flush
+        obs.close()
+    """
+
+    def __init__(self, library: Path, *, max_records: int = MAX_RECORDS, max_line: int = MAX_LINE_BYTES):
+        self.library = Path(library)
+        self.max_records = max_records
+        self.max_line = max_line
+        self._key = os.urandom(KEY_BYTES)
+        self._rec_r, self._rec_w = os.pipe()
+        self._ctl_r, self._ctl_w = os.pipe()
+        self._cond = threading.Condition()
+        self._pending: list[Record] = []
+        self._batches: dict[int, list[Record]] = {}
+        self._ends: dict[int, EndRecord] = {}
+        self._problem: str | None = None
+        self._eof = False
+        self._seq = 0
+        self._count = 0
+        self._next_flush = 0
+        self._thread: threading.Thread | None = None
+        self._started = False
+        self.modules: dict[str, ModuleRecord] = {}
+        self.last_end: EndRecord | None = None
+
+    def child_args(self) -> tuple[dict[str, str], tuple[int, int]]:
+        """(environment additions, pass_fds) for the runner."""
+        env = {ENV_INJECTION: str(self.library), ENV_RECORD_FD: str(self._rec_w), ENV_CONTROL_FD: str(self._ctl_r)}
+        return env, (self._rec_w, self._ctl_r)
+
+    def start(self) -> None:
+        """Call once the runner is spawned: close its pipe ends here, send the key, start reading."""
+        if self._started:
+            return
+        self._started = True
+        for fd in (self._rec_w, self._ctl_r):
+            os.close(fd)
+        self._send(b"K" + self._key)
+        self._thread = threading.Thread(target=self._drain, name="xlang-observer-drain", daemon=True)
+        self._thread.start()
+
+    def _send(self, data: bytes) -> None:
+        try:
+            os.write(self._ctl_w, data)
+        except OSError as exc:
+            raise ObserverError(f"observer command pipe closed ({exc})") from exc
+
+    def _fail(self, why: str) -> None:
+        with self._cond:
+            if self._problem is None:
+                self._problem = why
+            self._cond.notify_all()
+
+    def _handle(self, line: bytes) -> None:
+        body = unframe(self._key, line, self._seq)
+        self._seq += 1
+        rec = parse_line(body)
+        self._count += 1
+        if self._count > self.max_records:
+            raise RecordError(f"more than {self.max_records} records")
+        with self._cond:
+            if isinstance(rec, EndRecord):
+                if rec.flush_no in self._ends or rec.flush_no >= self._next_flush:
+                    raise RecordError(f"unexpected end marker {rec.flush_no}")
+                self._batches[rec.flush_no] = self._pending
+                self._ends[rec.flush_no] = rec
+                self._pending = []
+                self._cond.notify_all()
+            else:
+                if isinstance(rec, ModuleRecord):
+                    self.modules.setdefault(rec.module, rec)
+                self._pending.append(rec)
+
+    def _drain(self) -> None:
+        buf = b""
+        broken = False
+        try:
+            while True:
+                chunk = os.read(self._rec_r, 1 << 16)
+                if not chunk:
+                    break
+                if broken:
+                    continue  # keep the runner from blocking on a full pipe; nothing more is believed
+                buf += chunk
+                while True:
+                    nl = buf.find(b"\n")
+                    if nl < 0:
+                        if len(buf) > self.max_line:
+                            raise RecordError(f"line longer than {self.max_line} bytes")
+                        break
+                    line, buf = buf[:nl], buf[nl + 1:]
+                    self._handle(line)
+        except RecordError as exc:
+            broken = True
+            self._fail(f"observer record stream rejected: {exc}")
+            try:  # drain to EOF without parsing
+                while os.read(self._rec_r, 1 << 16):
+                    pass
+            except OSError:
+                pass
+        except OSError as exc:
+            self._fail(f"observer record pipe: {exc}")
+        finally:
+            with self._cond:
+                self._eof = True
+                self._cond.notify_all()
+
+    def flush(self, timeout_s: float) -> list[Record]:
+        """Everything recorded since the previous flush (module loads included), after the runner's GPU work is
+        finished; ObserverError on a timeout, an X record, or a stream that cannot be trusted."""
+        if not self._started:
+            raise ObserverError("observer not started")
+        with self._cond:
+            target = self._next_flush
+            self._next_flush += 1
+        self._send(b"F")
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while target not in self._ends:
+                if self._problem:
+                    raise ObserverError(self._problem)
+                if self._eof:
+                    raise ObserverError("observer record pipe closed before the flush finished (runner gone, or "
+                                        "CUDA never initialised in it)")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ObserverError(f"observer flush {target} timed out after {timeout_s:.1f} s")
+                self._cond.wait(left)
+            if self._problem:
+                raise ObserverError(self._problem)
+            batch = self._batches.pop(target)
+            self.last_end = self._ends[target]
+        bad = errors(batch)
+        if bad:
+            raise ObserverError("observer reported errors: " + ", ".join(f"{e.what} ({e.code})" for e in bad[:10]),
+                                records=batch)
+        return batch
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        """Ask the library's thread to stop (best effort) and release the pipes."""
+        if self._started:
+            with self._cond:
+                self._next_flush += 1  # 'Q' ends with one more end marker
+            try:
+                os.write(self._ctl_w, b"Q")
+            except OSError:
+                pass
+        for fd in (self._ctl_w,) if self._started else (self._ctl_w, self._rec_w, self._ctl_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():  # a runner child still holds the write end: stop reading anyway
+                return
+        try:
+            os.close(self._rec_r)
+        except OSError:
+            pass
+
+    def __enter__(self) -> Observer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
