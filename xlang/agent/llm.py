@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import socket
 import time
 from dataclasses import dataclass
 
@@ -48,20 +49,55 @@ class Reply:
 
 
 def check_environment(model: str) -> None:
-    """One clear line, before any work, when the provider's key is not set."""
+    """One clear line, before any work: an unknown provider, a missing key or API base, an endpoint that does not
+    answer. The common providers are checked without importing litellm (xlang.models)."""
+    from xlang.models import check_model
+
+    check_model(model, _litellm_check)
+
+
+def _litellm_check(model: str) -> None:
     litellm = litellm_module()
+    try:
+        litellm.get_llm_provider(model)
+    except Exception as e:  # noqa: BLE001 - litellm raises BadRequestError for a name it cannot route
+        first = (str(e).splitlines() or [type(e).__name__])[0].removeprefix("litellm.BadRequestError: ")
+        raise XlangError(f"model '{model}': litellm knows no provider for it ({first[:160]}); name one, e.g. "
+                         "openai/..., anthropic/..., hosted_vllm/...") from None
     try:
         env = litellm.validate_environment(model)
     except Exception as e:  # noqa: BLE001 - litellm raises various things for unknown providers
         raise XlangError(f"model '{model}': litellm cannot use it ({type(e).__name__}: {e})") from None
-    # An *_API_BASE has a default (e.g. ollama on localhost): only keys are fatal.
+    # An *_API_BASE has a default (e.g. ollama on localhost) or is checked by xlang.models: only keys here.
     missing = [k for k in env.get("missing_keys", []) if not k.endswith("_API_BASE")]
     if not env.get("keys_in_environment", True) and missing:
         raise XlangError(f"model '{model}' needs {' or '.join(missing)} in the environment (not set); "
                          "set it and run again")
 
 
+_NO_SUCH_HOST = ("Name or service not known", "nodename nor servname", "Temporary failure in name resolution",
+                 "No address associated with hostname", "getaddrinfo failed")
+
+
+def _cannot_succeed(exc: BaseException) -> bool:
+    """Errors no retry can fix: a host that does not resolve, a refused key, an unknown provider or model."""
+    litellm = litellm_module()
+    kinds = tuple(getattr(litellm, n) for n in ("AuthenticationError", "PermissionDeniedError", "NotFoundError",
+                                                "BadRequestError") if hasattr(litellm, n))
+    if isinstance(exc, kinds) or getattr(exc, "status_code", None) in (400, 401, 403, 404):
+        return True
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:  # the DNS failure is usually a cause a few levels down
+        seen.add(id(e))
+        if isinstance(e, socket.gaierror) or any(s in str(e) for s in _NO_SUCH_HOST):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _retryable(exc: Exception) -> bool:
+    if _cannot_succeed(exc):
+        return False
     litellm = litellm_module()
     kinds = tuple(getattr(litellm, n) for n in ("RateLimitError", "APIConnectionError", "ServiceUnavailableError",
                                                 "InternalServerError", "Timeout", "BadGatewayError")
