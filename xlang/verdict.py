@@ -1,8 +1,15 @@
 """Verdict categories and the result record every part of xlang shares (profiler, agent, store, reports).
 
-One category per candidate evaluation, the first failing stage in this order:
-  no_code -> compile_error -> forbidden_call -> missing_instructions (static census) -> runtime_error /
-  timeout -> incorrect -> memory_error (memcheck) -> not_executed (ncu) -> ok.
+Every candidate that compiles is run (on a GPU of its architecture) whatever its static census says, and the
+verdict keeps the scoring fields apart, as PTXBench counts them: `compiled`, `census_ok` (the required
+instruction families are in its SASS), `correct` (it computed the function on fresh inputs at run time),
+`executed_ok` (the required families executed at run time and did the work: their share of the math and
+their FLOPs against the task's), and the timing.
+
+Its one `category` is the first failing stage, in this declared order (STAGE_ORDER):
+  no_code -> forbidden_call (static screen; vendor kernels at run time) -> compile_error -> runtime_error /
+  timeout -> incorrect -> memory_error -> missing_instructions (census; the candidate may still be correct)
+  -> not_executed (ncu: the families did not do the work) -> ok.
 `static_ok` is a candidate that compiled with its required families when runtime was not run (e.g. b200
 on this workplace): never counted as correct.
 """
@@ -23,9 +30,12 @@ NOT_EXECUTED = "not_executed"
 OK = "ok"
 STATIC_OK = "static_ok"
 
+# The order in which categories are decided (the first failing one is the verdict's category).
+STAGE_ORDER = (NO_CODE, FORBIDDEN_CALL, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, INCORRECT, MEMORY_ERROR,
+               MISSING_INSTRUCTIONS, NOT_EXECUTED, OK, STATIC_OK)
 CATEGORIES = (NO_CODE, COMPILE_ERROR, FORBIDDEN_CALL, MISSING_INSTRUCTIONS, RUNTIME_ERROR, TIMEOUT, INCORRECT,
               MEMORY_ERROR, NOT_EXECUTED, OK, STATIC_OK)
-# Correct: computed the function on fresh random inputs at run time.
+# Correct (for verdicts stored before the scoring fields existed): computed the function at run time.
 CORRECT = (MEMORY_ERROR, NOT_EXECUTED, OK)
 # Correct and executed the architecture's required instructions at run time (memcheck clean too).
 CORRECT_WITH_ARCH = (OK,)
@@ -47,14 +57,16 @@ class Verdict:
     fingerprint: dict = field(default_factory=dict)  # GPU, clocks, driver, CUDA, versions, seeds, harness
     runtime_ran: bool = False
     runtime_note: str = ""  # e.g. "not run (no sm_100a device)"
-
-    @property
-    def correct(self) -> bool:
-        return self.category in CORRECT
+    # The scoring fields (None: not known, e.g. never ran).
+    compiled: bool | None = None
+    census_ok: bool | None = None
+    correct: bool | None = None
+    executed_ok: bool | None = None
+    isolation: str = ""  # the jail the candidate ran in (xlang.sandbox levels), "" when nothing ran
 
     @property
     def correct_with_arch(self) -> bool:
-        return self.category in CORRECT_WITH_ARCH
+        return bool(self.correct and self.census_ok and self.executed_ok)
 
     @property
     def speedup(self) -> float | None:
@@ -65,7 +77,8 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Verdict":
-        return cls(**d)
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 def scores(verdict: dict | None) -> dict:
@@ -79,8 +92,9 @@ def scores(verdict: dict | None) -> dict:
       speedup              over the vendor baseline, when correct (else None)
       runtime_ran          the runtime stages ran
 
-    A verdict that carries the fields (compiled, census_ok, correct, executed_ok) is read as it is; an older one,
-    which has only its category, gets them derived from the category and its build's census."""
+    A field the verdict carries as a bool (compiled, census_ok, correct, executed_ok) is read as it is; one that is
+    absent (a verdict stored before the fields existed) or None (not known) is derived from the category and the
+    build's census."""
     v = verdict or {}
     category = v.get("category") or ""
     build = v.get("build") or {}
@@ -93,7 +107,7 @@ def scores(verdict: dict | None) -> dict:
     else:
         compiled = category not in ("", NO_CODE, COMPILE_ERROR)
 
-    if "census_ok" in v:
+    if isinstance(v.get("census_ok"), bool):
         census_ok = v["census_ok"]
     elif not compiled:
         census_ok = None
@@ -108,7 +122,7 @@ def scores(verdict: dict | None) -> dict:
 
     correct = v["correct"] if isinstance(v.get("correct"), bool) else category in CORRECT
 
-    if "executed_ok" in v:
+    if isinstance(v.get("executed_ok"), bool):
         executed_ok = v["executed_ok"]
     elif category == OK:
         executed_ok = True

@@ -1,18 +1,25 @@
 """evaluate(): judge one candidate and return a Verdict.
 
-Stages, each stopping at the first failure (categories from xlang.verdict):
-  static screen (forbidden_call) -> build (compile_error) -> static census (missing_instructions)
-  -> GPU of the architecture's compute capability present? (else static_ok)
-  -> three workers, each a fresh process, side by side:
-       'check': correctness on every shape (runtime_error, timeout, incorrect), then timing - which waits at a
-                gate until the other two have left the GPU, so nothing runs beside the timed kernels;
-       'once' under compute-sanitizer memcheck on the smallest shape (memory_error);
-       'ncu' under Nsight Compute: kernels seen at run time (forbidden_call) and the required instruction
-             families' predicated-on threads in the candidate's own kernels (not_executed)
-  -> ok. The check's failure comes first; memcheck's and ncu's next (a failure there skips timing).
+The stages, declared once (STAGES) and run in this order by `xlang eval`, the agent loop and the remote path:
 
-The parent never imports torch and never touches the GPU itself: every GPU step is a child process with a
-hard wall-clock limit (xlang.sandbox), so a hang, a crash or a poisoned CUDA context ends with that child.
+  screen    static screen of the source (forbidden_call)
+  build     compile for the architecture with no GPU; Python languages run the candidate's code for it in a
+            jail (compile_error)
+  census    the required instruction families in the SASS: recorded (census_ok) and fed back, but it gates
+            nothing: every candidate that compiles is run, as PTXBench scores
+  -- on a GPU of the architecture's compute capability only (else static_ok / missing_instructions, not run):
+  check     the judge (xlang.profiler.judge, a trusted process) runs the candidate in its jail on shared
+            buffers: correctness on shapes drawn for this evaluation with several value kinds; every kernel of
+            the candidate's process seen by the CUPTI observer (forbidden_call for vendor kernels or kernels
+            from modules the candidate did not build); then timing against the vendor baseline
+            (runtime_error, timeout, incorrect, memory_error, forbidden_call)
+  memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
+            (memory_error; a memcheck that does not finish is a failure, never a pass)
+  ncu       the candidate's process under Nsight Compute: the required families executed, their share of the
+            executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
+
+memcheck and ncu run beside the check's correctness trials; its timing waits at a gate until they have left
+the GPU. The parent never imports torch and never touches the GPU itself.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,12 +42,30 @@ from xlang import verdict as V
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler import ncu as ncu_mod
 from xlang.profiler import sanitizer as san_mod
-from xlang.sandbox import ChildResult, run_child
+from xlang.sandbox import ChildResult, level as isolation_level, run_child
 from xlang.toolchain import find_tool
 
-# Run as a module of its own (`python -m xlang.profiler.worker`): xlang.child's resource import only
-# resolves tasks/backends/arch_docs in a source checkout, not xlang's own subpackages.
-WORKER_MODULE = "xlang.profiler.worker"
+JUDGE_MODULE = "xlang.profiler.judge"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    categories: tuple[str, ...]  # what it can conclude
+    runs: str  # what it runs, in words
+    gpu: bool
+
+
+STAGES = (
+    Stage("screen", (V.NO_CODE, V.FORBIDDEN_CALL), "a static screen of the source", False),
+    Stage("build", (V.COMPILE_ERROR,), "the language's compiler for the target (Python languages: jailed)", False),
+    Stage("census", (V.MISSING_INSTRUCTIONS,), "cuobjdump -sass of every kernel: the required families present",
+          False),
+    Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
+          "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
+    Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
+    Stage("ncu", (V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute", True),
+)
 
 
 @dataclass
@@ -48,23 +73,19 @@ class EvalOptions:
     memcheck: bool = True
     ncu: bool = True
     timing: bool = True
-    trials: int = 3
+    trials: int = 2  # correctness trials per shape (value kinds cycle across them)
+    drawn_shapes: int = 3  # shapes drawn per evaluation from the contract's space, besides the timed one
     seed: int | None = None  # base seed; random (and recorded) when None
-    shapes: list[dict] | None = None  # correctness shapes; default: the shape and the task's test shapes
+    shapes: list[dict] | None = None  # correctness shapes instead of drawn ones (the first is timed)
+    fixed: tuple[str, ...] = ()  # sizes the user set explicitly: drawn shapes keep them
     require: tuple[str, ...] | None = None  # required families; default: the task's for the arch
     run: str = "auto"  # "auto": run when a GPU of the arch is present; "never": build and census only
     check_timeout_s: float = 300.0
     memcheck_timeout_s: float = 300.0
     ncu_timeout_s: float = 300.0
-    timing_budget_s: float = 0.6  # per timed function (candidate, baseline)
-    ncu_shape: str = "default"  # "default" (the timed shape) or "smallest"
-    # Speed: memcheck and ncu run beside the correctness trials (they count events, not time) and timing
-    # waits until they are done; a Triton candidate's GPU stages also start while its static build runs
-    # (the worker loads the .py itself; the build's verdict still comes first). False: one stage at a time.
-    overlap: bool = True
-    # Timing inputs come from one fixed seed, so separate evaluations time the same data (random bf16 data
-    # moves the power draw and so the clock); correctness always uses fresh seeds.
-    timing_seed: int = 20_261_129
+    timing_budget_s: float = 0.6  # GPU time per timed function (candidate, baseline)
+    overlap: bool = True  # memcheck and ncu beside the correctness trials (timing waits for them)
+    timing_seed: int = 20_261_129  # timed inputs: this seed sequence (the same data across evaluations)
     workdir: Path | None = None
     label: str | None = None  # name for archived tool outputs
     archive: Path | None = None  # copy raw tool outputs here (also XLANG_PROFILER_ARCHIVE)
@@ -83,27 +104,24 @@ class StageRun:
     @property
     def last_step(self) -> str:
         lines = [ln.split(" ", 1)[-1] for ln in self.progress.strip().splitlines() if ln.strip()]
-        return lines[-1] if lines else "starting the worker"
+        return lines[-1] if lines else "starting the judge"
 
 
-def worker_command(spec_path: Path) -> list[str]:
-    return [sys.executable, "-m", WORKER_MODULE, str(spec_path)]
-
-
-def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, wrapper: list[str] | None = None,
-              env: dict | None = None, child_cmd: list[str] | None = None, cancel=None, deadline=None) -> StageRun:
-    """Write the spec, run the worker (optionally under a tool), read its result."""
-    spec = dict(spec)
-    spec_path = workdir / f"{stage}.spec.json"
-    spec["out"] = str(workdir / f"{stage}.result.json")
-    spec["progress"] = str(workdir / f"{stage}.progress.txt")
+def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict | None = None, cancel=None,
+              deadline=None) -> StageRun:
+    """Write the spec, run the judge for one stage (it starts the candidate's process itself), read its result.
+    The stage's folder is the judge's own (0700): the candidate never sees it."""
+    stage_dir = workdir / stage
+    stage_dir.mkdir(mode=0o700, exist_ok=True)
+    spec = dict(spec, mode=spec.get("mode", stage), stage_dir=str(stage_dir),
+                out=str(stage_dir / "result.json"), progress=str(stage_dir / "progress.txt"))
     for key in ("out", "progress"):
         Path(spec[key]).unlink(missing_ok=True)
+    spec_path = stage_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, default=str))
-    cmd = (wrapper or []) + (child_cmd or worker_command(spec_path))
     start = time.monotonic()
-    child = run_child(cmd, timeout, cwd=workdir, env=env, cancel=cancel,
-                      deadline=deadline(start) if deadline else None)
+    child = run_child([sys.executable, "-m", JUDGE_MODULE, str(spec_path)], timeout, cwd=stage_dir, env=env,
+                      cancel=cancel, deadline=deadline(start) if deadline else None)
     out = Path(spec["out"])
     result = None
     if out.is_file():
@@ -112,34 +130,37 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, wrapper: li
         except json.JSONDecodeError:
             result = None
     progress = Path(spec["progress"]).read_text() if Path(spec["progress"]).is_file() else ""
-    (workdir / f"{stage}.stdout.txt").write_text(child.stdout)
-    (workdir / f"{stage}.stderr.txt").write_text(child.stderr)
+    (stage_dir / "stdout.txt").write_text(child.stdout)
+    (stage_dir / "stderr.txt").write_text(child.stderr)
     return StageRun(child, result, progress, time.monotonic() - start)
 
 
 def _tail(text: str, lines: int = 15, chars: int = 2500) -> str:
     kept = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
-    out = "\n".join(kept)
-    return out[-chars:]
+    return "\n".join(kept)[-chars:]
+
+
+_STATUS = {"incorrect": V.INCORRECT, "runtime_error": V.RUNTIME_ERROR, "memory_error": V.MEMORY_ERROR,
+           "forbidden_call": V.FORBIDDEN_CALL, "timeout": V.TIMEOUT}
 
 
 def judge_stage(stage: str, run: StageRun, timeout: float) -> tuple[str, str] | None:
-    """The category a worker stage earns (timeout, runtime_error, incorrect), or None when it passed."""
+    """The category a stage earns, or None when it passed."""
     if run.child.timed_out:
-        return V.TIMEOUT, (f"the {stage} worker did not finish within {timeout:.0f} s and was killed "
+        return V.TIMEOUT, (f"the {stage} stage did not finish within {timeout:.0f} s and was stopped "
                            f"(last step: {run.last_step})")
     if run.result is None:
         sig = run.child.crashed_by_signal
         how = f"killed by {sig}" if sig else f"exit code {run.child.returncode}"
         err = _tail(run.child.stderr or run.child.stdout)
-        return V.RUNTIME_ERROR, (f"the {stage} worker died ({how}) during: {run.last_step}"
+        return V.RUNTIME_ERROR, (f"the {stage} stage's judge died ({how}) during: {run.last_step}"
                                  + (f"\n{err}" if err else ""))
     status = run.result.get("status")
     if status == "ok":
         return None
-    if status == "incorrect":
-        return V.INCORRECT, run.result.get("detail", "incorrect")
-    return V.RUNTIME_ERROR, run.result.get("detail", status or "runtime error")
+    if status == "harness_error":
+        raise RuntimeError(f"the {stage} judge failed: {run.result.get('detail')}\n{run.result.get('traceback', '')}")
+    return _STATUS.get(status, V.RUNTIME_ERROR), run.result.get("detail", status or "runtime error")
 
 
 class TimingGate:
@@ -175,59 +196,135 @@ class TimingGate:
         return kill_at
 
 
+
 # ---- the stages ---------------------------------------------------------------------------------------
 
-def _smallest(shapes: list[dict]) -> dict:
-    def size(s):
-        n = 1
-        for v in s.values():
-            n *= v
-        return n
-    return min(shapes, key=size)
-
-
-def _worker_env(options: EvalOptions, gpu: dict, extra: dict | None = None) -> dict:
-    cache = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang"))
-    env = {"TRITON_CACHE_DIR": str(cache / "triton-gpu")}
+def _stage_env(options: EvalOptions, gpu: dict) -> dict:
+    env = {}
     if len(gpu_mod.gpus()) > 1:
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu["index"]))
     env.update(options.extra_env)
-    env.update(extra or {})
     return env
 
 
-def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict,
-                   cancel=None) -> tuple[dict, tuple | None]:
+def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, cancel=None):
     tool = find_tool("compute-sanitizer")
     if tool is None:
         return {"ran": False, "note": "compute-sanitizer not found"}, None
-    spec = {**spec, "mode": "once", "shape": spec["memcheck_shape"], "seed": spec["seed"] + 500}
-    spec_path = workdir / "memcheck.spec.json"
-    child = worker_command(spec_path)
-    # No caching allocator: every tensor is its own allocation, so a read past its end is out of bounds.
-    env = _worker_env(options, gpu, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
-    run = run_stage(spec, workdir, "memcheck", options.memcheck_timeout_s,
-                    child_cmd=san_mod.command(str(tool), child), env=env, cancel=cancel)
-    raw = run.child.stdout + "\n" + run.child.stderr
-    (workdir / "memcheck.txt").write_text(raw)
-    parsed = san_mod.parse_memcheck(raw)
-    info = {"ran": True, "shape": spec["shape"], "seed": spec["seed"], "seconds": round(run.seconds, 2),
+    log = workdir / "memcheck" / "memcheck.log"
+    log.parent.mkdir(mode=0o700, exist_ok=True)
+    log.unlink(missing_ok=True)
+    prefix = san_mod.command(str(tool), []) + ["--log-file", str(log)]
+    spec = {**spec, "tool": prefix, "trials": spec["memcheck_trials"]}
+    # No caching allocator in the judge either way: the candidate's buffers are allocations of their own.
+    run = run_stage(spec, workdir, "memcheck", options.memcheck_timeout_s, env=_stage_env(options, gpu),
+                    cancel=cancel)
+    raw = log.read_text(errors="replace") if log.is_file() else ""
+    parsed = san_mod.parse_memcheck("\n".join("========= " + ln if not ln.startswith("=") else ln
+                                               for ln in raw.splitlines()))
+    info = {"ran": True, "shapes": [t[0] for t in spec["trials"]], "seconds": round(run.seconds, 2),
             "errors": parsed["errors"], "kinds": parsed["kinds"], "reports": parsed["reports"][:5],
-            "summary_found": parsed["summary_found"], "exit_code": run.child.returncode}
+            "summary_found": parsed["summary_found"]}
+    if run.child.cancelled:
+        return {**info, "ran": False, "note": "cancelled"}, None
     if run.child.timed_out:
-        info.update(ran=False, note=f"memcheck did not finish within {options.memcheck_timeout_s:.0f} s")
-        return info, None
+        return {**info, "ran": False}, (V.TIMEOUT, f"memcheck did not finish within {options.memcheck_timeout_s:.0f} s:"
+                                                  " a memory check that does not finish is not a pass")
     if parsed["errors"]:
         info["summary"] = san_mod.describe(parsed)
         return info, (V.MEMORY_ERROR, info["summary"])
     judged = judge_stage("memcheck", run, options.memcheck_timeout_s)
     if judged is not None:
-        info["note"] = f"the candidate failed under memcheck with no memcheck error: {judged[1][:500]}"
-        if judged[0] == V.RUNTIME_ERROR:
-            return info, (V.RUNTIME_ERROR, "under compute-sanitizer: " + judged[1])
+        return info, (judged[0], "under compute-sanitizer: " + judged[1])
     if not parsed["summary_found"]:
-        info["note"] = "no ERROR SUMMARY line in the sanitizer output"
+        return info, (V.RUNTIME_ERROR, "compute-sanitizer wrote no ERROR SUMMARY: the memory check is not complete")
     return info, None
+
+
+def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, check_kernels,
+              cancel=None):
+    """check_kernels: a callable giving the kernel names the observer saw in the check stage (after it ran)."""
+    tool = find_tool("ncu")
+    if tool is None:
+        return {"ran": False, "note": "ncu (Nsight Compute) not found"}, (
+            V.RUNTIME_ERROR, "cannot verify executed instructions: ncu (Nsight Compute) not found")
+    report = workdir / "ncu" / "report"
+    report.parent.mkdir(mode=0o700, exist_ok=True)
+    attempts, profiles, run = [], [], None
+    for replay in NCU_ATTEMPTS:
+        report_file = Path(str(report) + ".ncu-rep")
+        report_file.unlink(missing_ok=True)
+        prefix = ncu_mod.profile_command(str(tool), str(report), [], replay=replay, nvtx=False)
+        run = run_stage({**spec, "tool": prefix, "trials": spec["ncu_trials"]}, workdir, "ncu",
+                        options.ncu_timeout_s, env=_stage_env(options, gpu), cancel=cancel)
+        attempt = {"replay": replay, "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out}
+        attempts.append(attempt)
+        if run.child.timed_out or run.child.cancelled:
+            break
+        if report_file.is_file():
+            profiles = _ncu_imports(str(tool), report_file, report.parent)
+            attempt["kernels"] = len(profiles)
+            if profiles:
+                break
+        if run.result is not None and run.result.get("status") not in (None, "ok"):
+            break  # the candidate itself failed: another replay mode will not help
+    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0]}
+    if not profiles:
+        judged = judge_stage("ncu", run, options.ncu_timeout_s) if run else None
+        why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
+        cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
+        return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
+    seen = check_kernels() or {}
+    names = sorted(set(spec["build_kernels"]) | set(seen.get("own", [])))
+    shape = spec["ncu_trials"][0][0]
+    summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
+    info.update(summary)
+    if summary["forbidden_kernels"]:
+        k = summary["forbidden_kernels"][0]
+        return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
+                                        f"vendor/torch compute kernel(s), e.g. {k['name'][:120]} ({k['why']})")
+    if seen.get("all"):  # the same kernels under Nsight Compute as in the observed check stage
+        under_ncu = {ncu_mod._identifier(p.name) for p in profiles}
+        observed = {ncu_mod._identifier(n) for n in seen["all"]}
+        if under_ncu - observed:
+            return info, (V.NOT_EXECUTED, "under Nsight Compute the candidate ran kernels it never ran in the "
+                                          f"observed correctness and timing calls: {', '.join(sorted(under_ncu - observed))[:300]}")
+    if summary["missing"]:
+        counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
+        extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
+            if summary["not_launched"] else ""
+        return info, (V.NOT_EXECUTED, f"required famil{'y' if len(summary['missing']) == 1 else 'ies'} "
+                                      f"{', '.join(summary['missing'])} executed by 0 threads at run time "
+                                      f"(predicated-on threads: {counts}){extra}")
+    why = ncu_mod.work_check(summary, min_share=getattr(task, "min_tc_share", 0.5),
+                             ratio=getattr(task, "tc_flops_ratio", (0.5, 2.0)))
+    if why:
+        return info, (V.NOT_EXECUTED, why)
+    return info, None
+
+
+def _own_cubins(build, folder: Path) -> list[str]:
+    """The cubins nvcc built from the candidate's source (cuda_ptx): the only modules whose kernels are its own.
+    Python languages' JIT output is found by the judge in the candidate's private cache."""
+    if build.lang != "cuda_ptx" or not build.load_path:
+        return []
+    tool = find_tool("cuobjdump")
+    folder.mkdir(parents=True, exist_ok=True)
+    if tool is None:
+        return []
+    subprocess.run([str(tool), "-xelf", "all", str(Path(build.load_path).resolve())], cwd=folder,
+                   capture_output=True, timeout=120)
+    return sorted(str(p) for p in folder.glob("*.cubin"))
+
+
+def _observer_library() -> tuple[str | None, str]:
+    try:
+        from xlang.profiler.observer import build_library
+
+        cache = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / "observer"
+        return str(build_library(cache)), ""
+    except Exception as e:  # noqa: BLE001 - without it, timing falls back to the judge's clock; recorded
+        return None, f"CUPTI observer unavailable: {e}"
 
 
 def _ncu_imports(tool: str, report: Path, workdir: Path) -> list:
@@ -252,72 +349,8 @@ def _ncu_imports(tool: str, report: Path, workdir: Path) -> list:
 
 # Nsight Compute replay modes, tried in turn until one profiles a kernel (kernel replay's memory save/restore
 # fails on some candidates; without the NVTX filter every kernel of the call counts).
-NCU_ATTEMPTS = (("kernel", True), ("application", True), ("kernel", False))
+NCU_ATTEMPTS = ("kernel", "application")  # every kernel of the runner process
 
-
-def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, final_build, arch, required,
-              cancel=None):
-    """final_build: a callable giving the static build, asked for only after profiling (for a Triton
-    candidate the profiling starts while the static build is still running)."""
-    tool = find_tool("ncu")
-    if tool is None:
-        return {"ran": False, "note": "ncu (Nsight Compute) not found"}, (
-            V.RUNTIME_ERROR, "cannot verify executed instructions: ncu (Nsight Compute) not found")
-    spec = {**spec, "mode": "ncu", "shape": spec["ncu_shape"], "seed": spec["seed"] + 700}
-    spec_path = workdir / "ncu.spec.json"
-    child = worker_command(spec_path)
-    env = _worker_env(options, gpu)
-    report = workdir / "ncu"
-    attempts = []
-    profiles: list = []
-    run = None
-    for replay, nvtx in NCU_ATTEMPTS:
-        report_file = Path(str(report) + ".ncu-rep")
-        report_file.unlink(missing_ok=True)
-        cmd = ncu_mod.profile_command(str(tool), str(report), child, replay=replay, nvtx=nvtx)
-        run = run_stage(spec, workdir, "ncu", options.ncu_timeout_s, child_cmd=cmd, env=env, cancel=cancel)
-        (workdir / f"ncu_run_{replay}_{'nvtx' if nvtx else 'all'}.txt").write_text(
-            run.child.stdout + "\n" + run.child.stderr)
-        attempt = {"replay": replay, "nvtx": nvtx, "exit_code": run.child.returncode,
-                   "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out}
-        attempts.append(attempt)
-        if run.child.timed_out or run.child.cancelled:
-            break
-        if report_file.is_file():
-            profiles = _ncu_imports(str(tool), report_file, workdir)
-            attempt["kernels"] = len(profiles)
-            if profiles:
-                break
-        if run.result is not None and run.result.get("status") not in (None, "ok"):
-            break  # the candidate itself failed: another replay mode will not help
-    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["shape"], "seed": spec["seed"]}
-    if not profiles:
-        judged = judge_stage("ncu", run, options.ncu_timeout_s) if run else None
-        why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
-        info["note"] = "Nsight Compute profiled no kernel"
-        cat = judged[0] if judged and judged[0] == V.TIMEOUT else V.RUNTIME_ERROR
-        return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    build = final_build()
-    if build is None or not build.ok:
-        return info, None  # the build failed: its verdict stands, nothing to judge here
-    names = [k.name for k in build.kernels] + list((run.result or {}).get("own_kernels") or [])
-    summary = ncu_mod.summarize(profiles, names, arch.families, required)
-    info.update(summary)
-    if summary["forbidden_kernels"]:
-        k = summary["forbidden_kernels"][0]
-        return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
-                                        f"vendor/torch compute kernel(s), e.g. {k['name'][:120]} ({k['why']})")
-    if summary["missing"]:
-        counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
-        extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
-            if summary["not_launched"] else ""
-        return info, (V.NOT_EXECUTED, f"required famil{'y' if len(summary['missing']) == 1 else 'ies'} "
-                                      f"{', '.join(summary['missing'])} executed by 0 threads at run time "
-                                      f"(predicated-on threads: {counts}){extra}")
-    return info, None
-
-
-# ---- evaluate ---------------------------------------------------------------------------------------
 
 _OPTION_ALIASES = {"no_memcheck": ("memcheck", lambda v: not v), "no_ncu": ("ncu", lambda v: not v),
                    "no_timing": ("timing", lambda v: not v)}
@@ -363,6 +396,7 @@ def _archive(workdir: Path, options: EvalOptions, label: str) -> None:
             shutil.copy2(p, dest / p.name)
 
 
+
 def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
              options: EvalOptions | None = None) -> V.Verdict:
     """Judge a candidate (source text, a Path, or a BuildResult) for one task on one architecture."""
@@ -374,6 +408,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     started = time.monotonic()
     workdir = Path(options.workdir or tempfile.mkdtemp(prefix=f"xlang-eval-{lang}-{arch.name}-"))
     workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workdir, 0o700)
     label = options.label or (Path(source_or_build).stem if isinstance(source_or_build, Path) else "candidate")
 
     if isinstance(source_or_build, BuildResult):
@@ -389,17 +424,15 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1, 2**31 - 10**6)
     verdict = V.Verdict(category=V.OK, lang=lang, task=task.name, arch=arch.name, shape=dict(shape))
     verdict.fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
-                           "workdir": str(workdir)}
-
-    pool = ThreadPoolExecutor(3)
-    held: list = []  # the GPU, while this evaluation uses it
-    side_cancel, check_cancel = threading.Event(), threading.Event()
-    gate: TimingGate | None = None
+                           "workdir": str(workdir), "stages": [s.name for s in STAGES]}
     stage_seconds: dict = {}
     verdict.fingerprint["stage_seconds"] = stage_seconds
+    pool = ThreadPoolExecutor(3)
+    held: list = []
+    side_cancel, check_cancel = threading.Event(), threading.Event()
+    gate: TimingGate | None = None
 
     def finish(category: str, detail: str) -> V.Verdict:
-        # Stop whatever still runs (a stage whose verdict is no longer needed) before the GPU is let go.
         side_cancel.set()
         check_cancel.set()
         if gate is not None:
@@ -416,167 +449,177 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             pass
         return verdict
 
+    # ---- screen, build, census (no GPU)
     if not source.strip():
+        verdict.compiled = False
         return finish(V.NO_CODE, "no candidate code")
     reasons = backend.screen(source)
     if reasons:
         return finish(V.FORBIDDEN_CALL, "static screen: " + "; ".join(reasons))
-    gpu = gpu_mod.find_gpu(arch) if options.run != "never" else None
-    shapes = options.shapes or task.test_shapes(shape)
-    spec = {
-        "lang": lang, "task": task.name, "arch": arch.name, "seed": seed,
-        "trials": options.trials, "shapes": shapes, "memcheck_shape": _smallest(shapes),
-        "ncu_shape": shapes[0] if options.ncu_shape == "default" else _smallest(shapes),
-        "gpu_index": gpu.get("index") if gpu else None,
-        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": options.timing_seed},
-    }
-    side_by_side = gpu is not None and options.overlap and (options.memcheck or options.ncu)
-    if side_by_side and options.timing:
-        gate = TimingGate(workdir, options.check_timeout_s)
-        longest_side_s = options.memcheck_timeout_s + len(NCU_ATTEMPTS) * options.ncu_timeout_s
-        spec["timing"].update(gate=str(gate.path), gate_waiting=str(gate.waiting), gate_max_wait_s=longest_side_s + 60)
-
-    built = threading.Event()  # set once the static build is known (ncu names the candidate's kernels by it)
-    final: dict = {}
-
-    def final_build():
-        built.wait()
-        return final.get("build")
-
-    def hold_gpu():  # one evaluation at a time per GPU: timings must not share the chip
-        if not held:
-            held.append(gpu_mod.Exclusive(gpu).acquire())
-
-    def start_check(stage_spec: dict):
-        return pool.submit(run_stage, {**stage_spec, "mode": "check"}, workdir, "check", options.check_timeout_s,
-                           env=_worker_env(options, gpu), cancel=check_cancel,
-                           deadline=gate.deadline if gate else None)
-
-    def timed(name, fn, *args):
-        t0 = time.monotonic()
-        out = fn(*args)
-        stage_seconds[name] = round(time.monotonic() - t0, 2)
-        return out
-
-    def start_side(stage_spec: dict):
-        mem = pool.submit(timed, "memcheck", memcheck_stage, stage_spec, workdir, options, gpu, side_cancel) \
-            if options.memcheck else None
-        ncu = pool.submit(timed, "ncu", ncu_stage, stage_spec, workdir, options, gpu, final_build, arch, required,
-                          side_cancel) if options.ncu else None
-        return mem, ncu
-
-    check_future = mem_future = ncu_future = None
-    if build is None and gpu is not None and options.overlap and lang == "triton":
-        # A Triton candidate is a .py the worker loads itself: its GPU stages start while the static
-        # build (compile + census, a few seconds) runs; the build's verdict still comes first.
-        early = workdir / "early"
-        early.mkdir(exist_ok=True)
-        (early / f"candidate{backend.suffix}").write_text(source)
-        provisional = BuildResult(True, lang, task.name, arch.name, dict(shape), str(early),
-                                  load_path=str(early / f"candidate{backend.suffix}"))
-        hold_gpu()
-        early_spec = {**spec, "build": provisional.to_dict()}
-        check_future = start_check(early_spec)
-        if side_by_side:
-            mem_future, ncu_future = start_side(early_spec)
     if build is None:
+        t0 = time.monotonic()
         build = build_candidate(source, lang, task, arch, shape, required, workdir=workdir / "build")
-    final["build"] = build
-    built.set()
+        stage_seconds["build"] = round(time.monotonic() - t0, 2)
     verdict.build = build.to_dict()
-    spec["build"] = build.to_dict()
+    verdict.compiled = bool(build.ok)
     if not build.ok:
         return finish(V.COMPILE_ERROR, build.error or "the build failed")
-    if build.census is not None and build.census.missing:
-        return finish(V.MISSING_INSTRUCTIONS,
-                      f"static SASS census ({arch.sm}): required famil{'y' if len(build.census.missing) == 1 else 'ies'} "
-                      f"{', '.join(build.census.missing)} not in any compiled kernel")
+    missing = list(build.census.missing) if build.census is not None else []
+    verdict.census_ok = build.census is not None and not missing
+    census_failure = (V.MISSING_INSTRUCTIONS,
+                      f"static SASS census ({arch.sm}): required famil{'y' if len(missing) == 1 else 'ies'} "
+                      f"{', '.join(missing)} not in any compiled kernel") if missing else None
 
-    # ---- runtime: only on a GPU of the architecture's compute capability
+    gpu = gpu_mod.find_gpu(arch) if options.run != "never" else None
     if gpu is None:
         verdict.runtime_note = ("not run (runtime disabled)" if options.run == "never" else
                                 f"not run (no GPU of compute capability {arch.compute_capability / 10:.1f} here)")
+        if census_failure:
+            return finish(census_failure[0], census_failure[1] + "; " + verdict.runtime_note)
         return finish(V.STATIC_OK, f"compiled for {arch.sm} with {', '.join(required)} present; {verdict.runtime_note}")
+
+    # ---- runtime: only on a GPU of the architecture's compute capability
     verdict.runtime_ran = True
-    hold_gpu()
+    verdict.isolation = isolation_level()
+    rng = random.Random(seed)
+    shapes = options.shapes or task.draw_shapes(dict(shape), rng, options.drawn_shapes, fixed=options.fixed)
+    kinds = list(getattr(task, "input_kinds", ("normal",)))
+    trials = [(s, kinds[(i + t) % len(kinds)], seed + 1000 * i + t)
+              for i, s in enumerate(shapes) for t in range(options.trials)]
+    smallest = min(shapes, key=lambda s: task.flops(s))
+    drawn = [s for s in shapes[1:] if s != smallest]
+    memcheck_trials = [(smallest, "normal", seed + 500)] + ([(max(drawn, key=task.flops), kinds[-1], seed + 501)]
+                                                             if drawn else [])
+    library, observer_note = _observer_library()
+    load = build.load_path
+    readable = [str(Path(build.workdir).resolve())]
+    spec = {
+        "lang": lang, "task": task.name, "arch": arch.name, "device": "cuda", "gpu_index": gpu.get("index"),
+        "hello": {"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
+        "readable": readable, "seed_cache": str(Path(build.workdir) / ".triton"),
+        "own_cubins": _own_cubins(build, workdir / "own-cubins"), "observer_library": library,
+        "build_kernels": [k.name for k in build.kernels],
+        "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
+        "ncu_trials": [(shapes[0], "normal", seed + 700)],
+        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": options.timing_seed},
+        "call_timeout_s": options.check_timeout_s,
+    }
+    side_by_side = options.overlap and (options.memcheck or options.ncu)
+    if side_by_side and options.timing:
+        gate = TimingGate(workdir, options.check_timeout_s)
+        longest = options.memcheck_timeout_s + len(NCU_ATTEMPTS) * options.ncu_timeout_s
+        spec["timing"].update(gate=str(gate.path), gate_waiting=str(gate.waiting), gate_max_wait_s=longest + 60)
+    held.append(gpu_mod.Exclusive(gpu).acquire())
     fresh = gpu_mod._from_nvml() or [gpu]
     verdict.fingerprint["gpu"] = next((g for g in fresh if g.get("index") == gpu.get("index")), gpu)
-    verdict.fingerprint.update(shapes=shapes, trials=options.trials,
-                               seeds={"correctness": [[seed + 1000 * i + t for t in range(options.trials)]
-                                                      for i in range(len(shapes))],
-                                      "timing": options.timing_seed, "memcheck": seed + 500, "ncu": seed + 700})
+    verdict.fingerprint.update(shapes=shapes, trials=[[format_trial(t)] for t in trials], observer=library is not None,
+                               observer_note=observer_note, isolation=verdict.isolation,
+                               seeds={"base": seed, "timing": options.timing_seed})
 
-    # Correctness, memcheck and ncu side by side (they count events, not time); timing waits at the gate.
-    if check_future is None:
-        check_future = start_check(spec)
-    if side_by_side and mem_future is None and ncu_future is None:
-        mem_future, ncu_future = start_side(spec)
+    check_done = threading.Event()
+    check_box: dict = {}
+
+    def run_check():
+        t0 = time.monotonic()
+        try:
+            check_box["run"] = run_stage({**spec, "mode": "check"}, workdir, "check", options.check_timeout_s,
+                                         env=_stage_env(options, gpu), cancel=check_cancel,
+                                         deadline=gate.deadline if gate else None)
+        finally:
+            stage_seconds["check"] = round(time.monotonic() - t0, 2)
+            check_done.set()
+
+    def check_kernels():
+        check_done.wait()
+        run = check_box.get("run")
+        return ((run.result or {}).get("kernels_seen") if run else None) or {}
+
+    def timed(name, fn, *args):
+        t0 = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            stage_seconds[name] = round(time.monotonic() - t0, 2)
+
+    check_future = pool.submit(run_check)
+    mem_future = ncu_future = None
+    if side_by_side:
+        if options.memcheck:
+            mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu, side_cancel)
+        if options.ncu:
+            ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, arch, required, task,
+                                     check_kernels, side_cancel)
     side = [f for f in (mem_future, ncu_future) if f is not None]
+    # Timing waits at the gate until memcheck and ncu are done; a failed check stops them.
     while side and not all(f.done() for f in side):
-        wait([f for f in side + [check_future] if not f.done()], return_when=FIRST_COMPLETED)
-        if check_future.done() and judge_stage("check", check_future.result(), options.check_timeout_s):
-            break  # the check failed: that is the verdict, memcheck and ncu are stopped by finish()
-    side_results = [f.result() if f.done() else None for f in (mem_future, ncu_future) if f is not None]
+        if check_done.is_set() and judge_stage("check", check_box["run"], options.check_timeout_s):
+            break
+        time.sleep(0.02)
+    side_results = [f.result() if f.done() else None for f in side]
     if gate is not None and all(r is not None for r in side_results):
         gate.open(go=not any(failure for _, failure in side_results))
-
-    check = check_future.result()
+    check_future.result()
+    check = check_box["run"]
     if check.result:
         verdict.fingerprint.update(check.result.get("fingerprint") or {})
-        verdict.correctness = _slim_correctness(check.result.get("correctness"))
+        verdict.correctness = check.result.get("correctness")
         verdict.timing = check.result.get("timing")
         if (verdict.timing or {}).get("clocks"):
             verdict.fingerprint["gpu"] = {**verdict.fingerprint["gpu"], **verdict.timing["clocks"],
                                           "clocks_sampled": "after the timed repetitions"}
-    stage_seconds["check"] = round(check.seconds, 2)
     judged = judge_stage("check", check, options.check_timeout_s)
+    verdict.correct = bool(verdict.correctness and verdict.correctness.get("passed")) and \
+        (judged is None or judged[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL))
     if judged:
+        if judged[0] == V.INCORRECT and (check.result or {}).get("correctness"):
+            verdict.correct = False  # correct in the trials, wrong in a verified timed call
         return finish(*judged)
-
-    if not side_by_side:  # sequential: memcheck, then ncu, each after the check
+    if not side_by_side:
         if options.memcheck:
             mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu)
-            mem_future.result()
         if options.ncu:
-            ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, final_build, arch,
-                                     required)
-    failure: tuple | None = None
+            ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, arch, required, task,
+                                     check_kernels)
+    failures = []
     if mem_future is not None:
         verdict.memcheck, failure = mem_future.result()
+        failures.append(failure)
     else:
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
-        verdict.executed, ncu_failure = ncu_future.result()
-        if ncu_failure and (failure is None or ncu_failure[0] == V.FORBIDDEN_CALL):
-            failure = ncu_failure
+        verdict.executed, failure = ncu_future.result()
+        verdict.executed_ok = True if failure is None else False if failure[0] == V.NOT_EXECUTED else None
+        failures.append(failure)
     else:
         verdict.executed = {"ran": False, "note": "skipped (--no-ncu): instructions not verified at run time"}
-    if failure:
-        return finish(*failure)
+    failures = [f for f in failures if f]
+    if failures:
+        if any(f[0] == V.NOT_EXECUTED for f in failures) and len(failures) == 1 and census_failure:
+            return finish(*census_failure)
+        return finish(*min(failures, key=lambda f: V.STAGE_ORDER.index(f[0])))
+    if census_failure:
+        return finish(census_failure[0], census_failure[1] + " (the candidate is correct: "
+                      + _ok_detail(verdict, required) + ")")
     return finish(V.OK, _ok_detail(verdict, required))
 
 
-def _slim_correctness(corr: dict | None) -> dict | None:
-    """Keep what a person or a model reads: shapes, trials, worst errors, the first failure."""
-    if not corr:
-        return corr
-    out = {k: corr[k] for k in ("passed", "shapes", "trials_per_shape", "worst", "failure") if k in corr}
-    out["trials_run"] = len(corr.get("trials", []))
-    failed = [t for t in corr.get("trials", []) if "failure" in t]
-    if failed:
-        out["failed_trial"] = failed[0]
-    return out
+def format_trial(trial) -> str:
+    shape, kind, seed = trial
+    return f"{','.join(f'{k}={v}' for k, v in shape.items())} {kind} seed={seed}"
 
 
 def _ok_detail(verdict: V.Verdict, required) -> str:
     parts = []
     c = verdict.correctness or {}
-    parts.append(f"correct on {len(c.get('shapes', []))} shapes x {c.get('trials_per_shape', 0)} trials")
+    parts.append(f"correct in {c.get('trials', 0)} trials on {len(c.get('shapes', []))} shapes "
+                 f"(inputs: {', '.join(c.get('kinds', []))})")
     m = verdict.memcheck or {}
     parts.append("memcheck clean" if m.get("ran") else "memcheck not run")
     e = verdict.executed or {}
     if e.get("families"):
         parts.append("executed: " + ", ".join(f"{f} {e['families'].get(f, 0):,.0f} threads" for f in required))
+        if e.get("tc_share") is not None:
+            parts.append(f"tensor cores did {e['tc_share']:.0%} of the math ({e.get('tc_to_task') or 0:.2f}x the task's FLOPs)")
     else:
         parts.append("executed instructions not verified")
     t = verdict.timing or {}

@@ -1,15 +1,25 @@
-"""The GPU worker: one fresh process per stage, run as `python -m xlang.profiler.worker SPEC.json`.
+"""The judge: one trusted process per stage, `python -m xlang.profiler.judge SPEC.json`.
 
-Modes (spec["mode"]):
-  check  correctness (several trials with fresh seeded inputs on every shape, NaN-poisoned outputs, inputs
-         compared with a clone, allclose against the fp32 reference) then timing of the candidate and the
-         vendor baseline, the same way, in this same process;
-  once   one call on one shape (run under compute-sanitizer memcheck);
-  ncu    one warm-up call, then one call inside the NVTX range Nsight Compute profiles.
+It never imports the candidate. It allocates the task's inputs and outputs (xlang.profiler.buffers), starts
+the candidate's process in its jail (xlang.sandbox.Jail; xlang.profiler.runner), shares exactly those buffers
+with it, tells it when to call its entry point, and decides from what it reads itself:
 
-It writes spec["out"] (JSON) and appends what it is doing to spec["progress"], so that a crash or a hang
-is reported with the step it happened in. Runs under the GPU machine's own python: torch and the
-candidate's language are imported here, lazily; never litellm.
+  check     correctness on the shapes the parent drew for this evaluation, every trial with fresh inputs
+            of a value kind the task declares (not only N(0,1)), outputs poisoned with NaN, the slack around
+            every buffer poisoned and checked, inputs compared with the judge's private copy, the fp32
+            reference computed here; then timing (after the gate: memcheck and Nsight Compute have left the
+            GPU): every timed call gets fresh inputs (a fixed seed sequence, never repeating), the L2 is
+            flushed before it, its GPU time is the span of the candidate process's kernels as the CUPTI
+            observer recorded them (every stream and thread; the candidate's Python cannot switch it off),
+            and a secret random subset of timed calls, the last one included, is verified afterwards. Then the
+            candidate's process tree is killed and the vendor baseline is timed the same way, in a process of
+            its own, with no candidate process alive (NVML lists the GPU's processes to prove it).
+  memcheck  the runner under compute-sanitizer memcheck (its log goes to the judge's folder), one trial on
+            each memcheck shape.
+  ncu       the runner under Nsight Compute, one call on the timed shape; every kernel of that process.
+
+The result (spec["out"], JSON in the judge's own folder, which the candidate cannot reach) carries a status:
+ok | incorrect | runtime_error | memory_error | forbidden_call | timeout.
 """
 
 from __future__ import annotations
@@ -17,16 +27,16 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
+import shutil
+import socket
+import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 
-from xlang.candidate import candidate_trace
 from xlang.task import format_shape
-
-NVTX_RANGE = "xlang_candidate"  # the same string as xlang.profiler.ncu.NVTX_RANGE
-
 
 class CandidateError(Exception):
     """The candidate's own code failed (import, host code, or a CUDA error its kernels caused)."""
@@ -118,76 +128,8 @@ def describe_failure(stats: dict, shape: dict, trial: int, seed: int, atol: floa
             f"max abs err {stats['max_abs_err']:.4g}, max rel err {stats['max_rel_err']:.4g} {ctx}")
 
 
-def _sync_or_raise(torch):
-    try:
-        torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001 - a CUDA error raised by the candidate's kernels
-        raise CandidateError(f"CUDA error after the candidate's call: {str(e).strip().splitlines()[0]}") from e
 
-
-def _call(entry, args, torch, candidate_files):
-    try:
-        entry(*args)
-    except CandidateError:
-        raise
-    except Exception as e:  # noqa: BLE001 - the candidate's own failure
-        raise CandidateError(candidate_trace(e, candidate_files)) from e
-    _sync_or_raise(torch)
-
-
-def check_once(ctx, shape: dict, seed: int, shape_index: int, trial: int) -> dict:
-    """One trial: fresh inputs, poisoned outputs, one call, every check. Returns a trial record."""
-    import torch
-
-    from xlang.candidate import allocate_outputs, arguments
-
-    task, entry, atol, rtol = ctx["task"], ctx["entry"], ctx["atol"], ctx["rtol"]
-    ctx["progress"](f"trial shape={format_shape(shape)} trial={trial} seed={seed}: inputs")
-    inputs = task.make_inputs(shape, seed, ctx["device"])
-    clones = {k: v.clone() for k, v in inputs.items()}
-    outputs = allocate_outputs(task, shape, ctx["device"])
-    args = arguments(task, shape, {**inputs, **outputs})
-    ctx["progress"](f"trial shape={format_shape(shape)} trial={trial} seed={seed}: candidate call")
-    _call(entry, args, torch, ctx["files"])
-    ctx["progress"](f"trial shape={format_shape(shape)} trial={trial} seed={seed}: checking")
-    record = {"shape": shape, "trial": trial, "seed": seed, "outputs": []}
-    changed = compare_inputs(clones, inputs)
-    if changed:
-        record["failure"] = (f"input {changed['input']} was modified by the candidate: {changed['changed']} of "
-                             f"{changed['elements']} elements changed, first at {changed['input']}"
-                             f"[{', '.join(map(str, changed['index']))}]: {changed['was']:.6g} -> {changed['now']:.6g} "
-                             f"(shape {format_shape(shape)}, trial {trial}, seed {seed})")
-        record["input_modified"] = changed
-        return record
-    reference = task.reference(clones, shape)
-    for name in [t.name for t in task.contract.outputs]:
-        stats = compare_output(name, outputs[name], reference[name], atol, rtol)
-        record["outputs"].append(stats)
-        if "failure" in stats and "failure" not in record:
-            record["failure"] = describe_failure(stats, shape, trial, seed, atol, rtol)
-    del reference, outputs, inputs, clones
-    return record
-
-
-def run_correctness(ctx, shapes: list[dict], base_seed: int, trials: int) -> dict:
-    records = []
-    for si, shape in enumerate(shapes):
-        for trial in range(trials):
-            rec = check_once(ctx, shape, seed_for(base_seed, si, trial), si, trial)
-            records.append(rec)
-            if "failure" in rec:
-                return {"passed": False, "trials": records, "failure": rec["failure"],
-                        "shapes": shapes, "trials_per_shape": trials}
-    worst = {}
-    for rec in records:
-        for s in rec["outputs"]:
-            w = worst.setdefault(s["output"], {"max_abs_err": 0.0, "max_rel_err": 0.0})
-            w["max_abs_err"] = max(w["max_abs_err"], s["max_abs_err"])
-            w["max_rel_err"] = max(w["max_rel_err"], s["max_rel_err"])
-    return {"passed": True, "trials": records, "shapes": shapes, "trials_per_shape": trials, "worst": worst}
-
-
-# ---- timing -------------------------------------------------------------------------------------------
+# ---- timing statistics
 
 def _stats(ms: list[float]) -> dict:
     xs = sorted(ms)
@@ -204,170 +146,6 @@ def _stats(ms: list[float]) -> dict:
     med = q(0.5)
     return {"median_ms": med, "q20_ms": q(0.2), "q80_ms": q(0.8), "min_ms": xs[0], "max_ms": xs[-1],
             "mean_ms": sum(xs) / n, "reps": n, "spread_pct": (q(0.8) - q(0.2)) / med * 100 if med > 0 else 0.0}
-
-
-class Timer:
-    """How a function is timed (candidate and baseline alike), in the manner of triton.testing.do_bench:
-    batches of back-to-back calls on the harness stream, the L2 flushed before every call, a CUDA event pair
-    around each call, one device-wide synchronisation per batch. The host enqueues ahead of the GPU, so a
-    Python launch cost does not show as idle GPU time. Work on other streams is invisible to those events:
-    side_work() compares wall clock with events first, and a candidate caught there is timed by wall_rep
-    (device-wide sync around every call) instead."""
-
-    def __init__(self, torch, flush_bytes: int):
-        self.torch = torch
-        self.flush = torch.empty(flush_bytes, dtype=torch.int8, device="cuda")
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-
-    def event_batch(self, fn, n: int) -> list[float]:
-        torch = self.torch
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-        torch.cuda.synchronize()
-        for start, end in zip(starts, ends):
-            self.flush.zero_()  # evicts the L2
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-    def wall_rep(self, fn) -> float:
-        torch = self.torch
-        torch.cuda.synchronize()
-        self.flush.zero_()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3
-
-    def side_work(self, fn, n: int = 7) -> dict:
-        """Median of (wall clock with device sync) - (events on the harness stream) for the same call."""
-        torch = self.torch
-        gaps, events = [], []
-        for _ in range(n):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            self.start.record()
-            fn()
-            self.end.record()
-            torch.cuda.synchronize()
-            wall = (time.perf_counter() - t0) * 1e3
-            ev = self.start.elapsed_time(self.end)
-            gaps.append(wall - ev)
-            events.append(ev)
-        gaps.sort()
-        events.sort()
-        return {"gap_ms": gaps[n // 2], "event_ms": events[n // 2]}
-
-
-def run_timing(ctx, shape: dict, seed: int, spec_timing: dict) -> dict:
-    import torch
-
-    from xlang.archs import get_arch
-    from xlang.candidate import allocate_outputs, arguments
-
-    task, entry = ctx["task"], ctx["entry"]
-    progress = ctx["progress"]
-    progress(f"timing shape={format_shape(shape)} seed={seed}: setup")
-    inputs = task.make_inputs(shape, seed, ctx["device"])
-    clones = {k: v.clone() for k, v in inputs.items()}
-    outputs = allocate_outputs(task, shape, ctx["device"])
-    args = arguments(task, shape, {**inputs, **outputs})
-    cand = lambda: entry(*args)  # noqa: E731
-    base = task.baseline(inputs, shape)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    flush_bytes = int(max(spec_timing.get("flush_min_bytes", 256 << 20), 2 * l2))
-    timer = Timer(torch, flush_bytes)
-
-    progress("timing: warm-up")
-    for fn in (cand, base):
-        for _ in range(spec_timing.get("warmup_calls", 3)):
-            fn()
-        _sync_or_raise(torch)
-    est = {key: sorted(timer.event_batch(fn, 5))[2] for key, fn in (("candidate", cand), ("baseline", base))}
-
-    side = {k: timer.side_work(fn) for k, fn in (("candidate", cand), ("baseline", base))}
-    cg = side["candidate"]
-    # Work outside the harness stream (or host work after the last launch) shows as wall >> events.
-    suspect = cg["gap_ms"] > max(0.05, 0.15 * cg["event_ms"]) + max(0.0, side["baseline"]["gap_ms"])
-    method = "wall_clock_device_sync" if suspect else "cuda_events_back_to_back"
-
-    budget_ms = spec_timing.get("budget_s", 0.6) * 1e3
-    rounds = max(1, spec_timing.get("rounds", 4))
-    samples = {"candidate": [], "baseline": []}
-    reps_for = {}
-    for key in samples:
-        per_rep = est[key] + flush_bytes / 3.0e9 + (0.08 if suspect else 0.0)  # + flush (+ sync) (ms)
-        reps_for[key] = int(min(spec_timing.get("max_reps", 2000),
-                                max(spec_timing.get("min_reps", 30), budget_ms / per_rep)))
-    # Bring the GPU to the clock it holds under sustained load (it starts an evaluation cool) before measuring.
-    warm_ms = spec_timing.get("sustain_s", 0.3) * 1e3
-    for key, fn in (("candidate", cand), ("baseline", base)):
-        timer.event_batch(fn, int(min(2000, max(3, warm_ms / 2 / (est[key] + flush_bytes / 3.0e9)))))
-    progress(f"timing: {reps_for} reps in {rounds} alternating rounds ({method})")
-    for _ in range(rounds):
-        for key, fn in (("baseline", base), ("candidate", cand)):
-            n = max(1, reps_for[key] // rounds)
-            if suspect:
-                samples[key].extend(timer.wall_rep(fn) for _ in range(n))
-            else:
-                samples[key].extend(timer.event_batch(fn, n))
-    _sync_or_raise(torch)
-
-    # The timed calls must still compute the function: poison the outputs, call once, check again
-    # (a candidate that skips work when it sees the same pointers again fails here).
-    progress("timing: re-check after timing")
-    for t in outputs.values():
-        t.fill_(float("nan"))
-    _call(entry, args, torch, ctx["files"])
-    recheck = None
-    changed = compare_inputs(clones, inputs)
-    if changed:
-        recheck = f"input {changed['input']} was modified during the timed calls"
-    else:
-        ref = task.reference(clones, shape)
-        for name, out in outputs.items():
-            stats = compare_output(name, out, ref[name], ctx["atol"], ctx["rtol"])
-            if "failure" in stats:
-                recheck = "after the timed calls: " + describe_failure(stats, shape, -1, seed, ctx["atol"],
-                                                                        ctx["rtol"])
-                break
-
-    arch = get_arch(ctx["arch"])
-    flops = task.flops(shape)
-    cand_stats, base_stats = _stats(samples["candidate"]), _stats(samples["baseline"])
-    peak = arch.figures.get("peak_dense_bf16_tflops")
-    bw = arch.figures.get("mem_bandwidth_tbs")
-    floors = []
-    if peak:
-        floors.append(flops / (peak * 1e12) * 1e3)
-    if bw and task.min_bytes is not None:
-        floors.append(task.min_bytes(shape) / (bw * 1e12) * 1e3)
-    floor = max(floors) if floors else None
-    c_ms, b_ms = cand_stats["median_ms"], base_stats["median_ms"]
-    return {
-        "method": method,
-        "shape": shape,
-        "seed": seed,
-        "candidate_ms": c_ms,
-        "baseline_ms": b_ms,
-        "candidate": cand_stats,
-        "baseline": base_stats,
-        "baseline_name": task.baseline_name,
-        "speedup": b_ms / c_ms if c_ms > 0 else None,
-        "tflops": flops / (c_ms * 1e-3) / 1e12 if c_ms > 0 else None,
-        "baseline_tflops": flops / (b_ms * 1e-3) / 1e12 if b_ms > 0 else None,
-        "flops": flops,
-        "roofline_floor_ms": floor,
-        "beyond_roofline": bool(floor is not None and c_ms < floor),
-        "side_work": side,
-        "side_stream_suspect": bool(suspect),
-        "flush_bytes": flush_bytes,
-        "recheck_failure": recheck,
-    }
 
 
 def wait_at_gate(spec_timing: dict, progress) -> bool:
@@ -418,103 +196,550 @@ def fingerprint(torch) -> dict:
     return fp
 
 
-def own_kernel_names(entry) -> list[str]:
-    """Names of the @triton.jit functions the candidate's module defines (launched for every shape or not)."""
-    module = sys.modules.get(getattr(entry, "__module__", "") or "")
-    names = []
-    for value in vars(module).values() if module is not None else ():
-        fn = value
-        for _ in range(4):  # Autotuner / Heuristics wrap the JITFunction in .fn
-            if type(fn).__name__ == "JITFunction":
-                inner = getattr(fn, "fn", None)
-                name = getattr(inner, "__name__", None) or getattr(fn, "__name__", None)
-                if name:
-                    names.append(name)
-                break
-            fn = getattr(fn, "fn", None)
-            if fn is None:
-                break
-    return sorted(set(names))
 
 
-# ---- entry ----------------------------------------------------------------------------------------------
+# ---- the candidate's process ----------------------------------------------------------------------------
 
-def run(spec: dict, progress) -> dict:
-    progress("import torch")
+class RunnerGone(Exception):
+    """The candidate's process died, closed the connection, or did not answer in time."""
+
+    def __init__(self, detail: str, timed_out: bool = False):
+        super().__init__(detail)
+        self.timed_out = timed_out
+
+
+class Runner:
+    """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
+
+    def __init__(self, spec: dict, role: str, hello: dict, tool: list[str] | None = None, observer=None):
+        from xlang.sandbox import Jail, _Tail, child_env
+
+        self.role, self.observer = role, observer
+        stage_dir = Path(spec["stage_dir"])
+        home = stage_dir / f"{role}-home"
+        home.mkdir(parents=True, exist_ok=True)
+        readable = [Path(p) for p in spec.get("readable", []) if Path(p).exists()]
+        if observer is not None:
+            readable.append(observer.library.parent)
+        seed_cache = spec.get("seed_cache")  # the build's JIT cache: this same candidate's, copied, never shared
+        if seed_cache and Path(seed_cache).is_dir() and role == "candidate":
+            shutil.copytree(seed_cache, home / ".triton", symlinks=True, dirs_exist_ok=True)
+        self.home = home
+        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None)
+        jail.prepare()
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        cmd = (tool or []) + jail.command([sys.executable, "-m", "xlang.profiler.runner", str(child.fileno())])
+        env = child_env(home=home, extra=dict(spec.get("env") or {}))
+        fds = [child.fileno()]
+        if observer is not None:
+            obs_env, obs_fds = observer.child_args()
+            env.update(obs_env)
+            fds += list(obs_fds)
+        # Same process group as the judge: whoever kills the judge's group kills the tool and the jail with
+        # it (bwrap --die-with-parent takes the jailed tree down when bwrap goes).
+        self.proc = subprocess.Popen(cmd, env=env, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child.close()
+        if observer is not None:
+            observer.start()
+        self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
+        self.started = time.monotonic()
+        reply = self.request(hello, timeout=float(spec.get("load_timeout_s", 180)))
+        if reply.get("op") != "ready":
+            raise CandidateError(str(reply.get("detail", "the candidate did not load"))[:4000])
+
+    def request(self, message: dict, fds: list[int] | None = None, timeout: float = 60.0) -> dict:
+        from xlang.profiler.runner import receive, send
+
+        self.sock.settimeout(timeout)
+        try:
+            send(self.sock, message, fds)
+            reply, extra = receive(self.sock)
+        except socket.timeout:
+            raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
+        except (OSError, EOFError, ValueError) as e:
+            raise RunnerGone(self._death(e)) from None
+        for fd in extra:  # nothing the candidate sends us is kept
+            os.close(fd)
+        if not isinstance(reply, dict):
+            raise RunnerGone("an answer that is not a message")
+        return reply
+
+    def _death(self, e) -> str:
+        code = self.proc.poll()
+        if code is None:
+            try:
+                code = self.proc.wait(2)
+            except subprocess.TimeoutExpired:
+                code = None
+        tail = "\n".join((self.err.text(0.5) or self.out.text(0.5)).strip().splitlines()[-12:])[-2500:]
+        how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+        return f"the candidate's process ended ({how}): {type(e).__name__}" + (f"\n{tail}" if tail else "")
+
+    def close(self, wait_s: float = 30.0) -> None:
+        """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap)."""
+        try:
+            self.sock.settimeout(2.0)
+            from xlang.profiler.runner import send
+
+            send(self.sock, {"op": "exit"})
+        except OSError:
+            pass
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.sock.close()
+        if self.observer is not None:
+            self.observer.close()
+
+
+# ---- one call on the judge's buffers ---------------------------------------------------------------------
+
+class Outcome(Exception):
+    """A stage's verdict, raised where it is found: status and what a person or a model can act on."""
+
+    def __init__(self, status: str, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+def _dtype(t):
+    from xlang.candidate import torch_dtype
+
+    return torch_dtype(t.dtype)
+
+
+class Call:
+    """One set of shared buffers for one shape: inputs written by the judge, outputs poisoned."""
+
+    _ids = 0
+
+    def __init__(self, ctx, shape: dict):
+        from xlang.profiler.buffers import allocate
+
+        Call._ids += 1
+        self.id, self.ctx, self.shape = Call._ids, ctx, shape
+        task = ctx["task"]
+        self.shared = {t.name: allocate(t.name, t.dims(shape), _dtype(t), ctx["kind"], 0) for t in task.contract.tensors}
+        self.inputs = [t.name for t in task.contract.inputs]
+        self.outputs = [t.name for t in task.contract.outputs]
+        self.sizes = [shape[s] for s in task.contract.sizes]
+        self.mapped: set = set()
+
+    def fill(self, inputs: dict) -> None:
+        for name in self.inputs:
+            self.shared[name].tensor.copy_(inputs[name])
+        for name in self.outputs:
+            self.shared[name].tensor.fill_(float("nan"))
+        for s in self.shared.values():
+            s.poison_slack()
+
+    def run(self, runner: Runner, timeout: float) -> None:
+        if runner not in self.mapped:
+            bufs = list(self.shared.values())
+            reply = runner.request({"op": "map", "set": self.id, "buffers": [b.meta.to_dict() for b in bufs]},
+                                   fds=[b.fd for b in bufs], timeout=60)
+            if reply.get("op") != "mapped":
+                raise Outcome("runtime_error", f"the candidate's process could not map the buffers: {reply}")
+            self.mapped.add(runner)
+        _sync(self.ctx)
+        try:
+            reply = runner.request({"op": "call", "set": self.id, "sizes": self.sizes}, timeout=timeout)
+        except RunnerGone as e:
+            raise Outcome("timeout" if e.timed_out else "runtime_error", f"the candidate's call: {e}") from None
+        if reply.get("op") == "error":
+            detail = str(reply.get("detail", ""))[:4000]
+            if "illegal memory access" in detail or "an illegal address" in detail.lower():
+                raise Outcome("memory_error", "an illegal memory access (outside the harness's buffers: their "
+                                              "guard pages are unmapped):\n" + detail)
+            raise Outcome("runtime_error", detail or "the candidate's call failed")
+        if reply.get("op") != "done":
+            raise Outcome("runtime_error", f"unexpected answer from the candidate's process: {str(reply)[:200]}")
+
+    def check_slack(self) -> None:
+        for name, s in self.shared.items():
+            if not s.slack_intact():
+                raise Outcome("memory_error", f"the candidate wrote outside {name}: the poisoned bytes around the "
+                                              f"buffer changed (shape {format_shape(self.shape)})")
+
+    def output_tensors(self) -> dict:
+        return {n: self.shared[n].tensor for n in self.outputs}
+
+    def input_tensors(self) -> dict:
+        return {n: self.shared[n].tensor for n in self.inputs}
+
+    def close(self, runners=()) -> None:
+        for r in runners:
+            if r in self.mapped:
+                try:
+                    r.request({"op": "unmap", "set": self.id}, timeout=30)
+                except RunnerGone:
+                    pass
+        for s in self.shared.values():
+            s.close()
+
+
+def _sync(ctx) -> None:
+    if ctx["kind"] == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _make_inputs(task, shape, seed, device, kind):
+    import inspect
+
+    if kind and "kind" in inspect.signature(task.make_inputs).parameters:
+        return task.make_inputs(shape, seed, device, kind=kind)
+    return task.make_inputs(shape, seed, device)
+
+
+def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
+    """Check one finished call against the judge's own copy of its inputs: slack, inputs, outputs."""
+    task = ctx["task"]
+    call.check_slack()
+    changed = compare_inputs(inputs, call.input_tensors())
+    if changed:
+        raise Outcome("incorrect", f"input {changed['input']} was modified by the candidate: {changed['changed']} of "
+                                   f"{changed['elements']} elements changed, first at {changed['input']}"
+                                   f"[{', '.join(map(str, changed['index']))}] ({where})")
+    reference = task.reference(inputs, call.shape)
+    stats = []
+    for name, got in call.output_tensors().items():
+        s = compare_output(name, got, reference[name], ctx["atol"], ctx["rtol"])
+        stats.append(s)
+        if "failure" in s:
+            raise Outcome("incorrect", describe_failure(s, call.shape, -1, -1, ctx["atol"], ctx["rtol"])
+                          .replace("trial -1, seed -1", where))
+    return {"outputs": stats}
+
+
+# ---- kernels seen by the observer -------------------------------------------------------------------------
+
+class Provenance:
+    """Whose kernels ran: a kernel is the candidate's only when the module it came from is one its own
+    toolchain produced in this evaluation (the cubins nvcc built from its source; the cubins its JIT wrote
+    into its private cache). Any other kernel that looks like math is forbidden_call, whatever its name."""
+
+    def __init__(self, spec: dict, home: Path | None):
+        import hashlib
+
+        self.hash = lambda data: hashlib.sha256(data).hexdigest()  # as the observer hashes a loaded module
+        self.own: set = set()
+        self.lang = spec["lang"]
+        self.home = home
+        self.scanned: set = set()
+        for cubin in spec.get("own_cubins", []):
+            self._add(Path(cubin))
+
+    def _add(self, path: Path) -> None:
+        from xlang.sandbox import read_untrusted_bytes
+
+        data = read_untrusted_bytes(path, 64 << 20)
+        if data:
+            self.own.add(self.hash(data))
+
+    def rescan(self) -> None:
+        if self.home is None:
+            return
+        for path in list(self.home.rglob("*.cubin"))[:2000]:
+            if str(path) not in self.scanned:
+                self.scanned.add(str(path))
+                self._add(path)
+
+    def judge(self, kernels) -> None:
+        from xlang.profiler.ncu import forbidden_reason
+
+        foreign = [k for k in kernels if k.module not in self.own]
+        if foreign:
+            self.rescan()
+            foreign = [k for k in foreign if k.module not in self.own]
+        for k in foreign:
+            why = forbidden_reason(k.name)
+            if why:
+                raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]} ({why})")
+            if _UTILITY_KERNEL.search(k.name):
+                continue  # torch's own elementwise / fill / copy kernels (a scratch tensor, a zero_())
+            if self.lang == "cutedsl":
+                continue  # CuTe DSL keeps its JIT output in memory: no file to match, the name alone decides
+            raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]}, a kernel from "
+                                            "a module not built from the candidate's source")
+
+
+import re  # noqa: E402
+
+_UTILITY_KERNEL = re.compile(r"at::native::|elementwise|vectorized_|fill|copy|memset|cast|index_|distribution_|"
+                             r"reduce_kernel|arange|zero", re.I)
+
+
+# ---- the stages -----------------------------------------------------------------------------------------------
+
+def _observer(spec):
+    if spec["device"] != "cuda" or not spec.get("observer_library"):
+        return None
+    from xlang.profiler.observer import Observer
+
+    return Observer(Path(spec["observer_library"]))
+
+
+SEEN: dict = {"all": set(), "own": set()}  # kernel names the observer saw in this stage (for the ncu cross-check)
+
+
+def _flush(observer, prov, timeout=60.0):
+    """All the candidate's work so far is finished (the observer synchronised its contexts) and recorded."""
+    if observer is None:
+        return []
+    from xlang.profiler.observer import ObserverError, kernels
+
+    try:
+        records = observer.flush(timeout)
+    except ObserverError as e:
+        raise Outcome("runtime_error", f"the kernel observer failed: {e}") from None
+    if prov is not None:
+        ks = kernels(records)
+        prov.judge(ks)
+        for k in ks:
+            SEEN["all"].add(k.name)
+            if k.module in prov.own:
+                SEEN["own"].add(k.name)
+    return records
+
+
+def correctness(ctx, runner: Runner, observer, prov, progress) -> dict:
+    spec, task = ctx["spec"], ctx["task"]
+    trials = []
+    for i, (shape, kind, seed) in enumerate(spec["trials"]):
+        where = f"shape {format_shape(shape)}, inputs '{kind}', seed {seed}"
+        progress(f"trial {i}: {where}")
+        call = Call(ctx, shape)
+        try:
+            inputs = _make_inputs(task, shape, seed, ctx["device"], kind)
+            call.fill(inputs)
+            call.run(runner, ctx["call_timeout_s"])
+            _flush(observer, prov)
+            rec = verify(ctx, call, inputs, where)
+        finally:
+            call.close([runner])
+        trials.append({"shape": shape, "kind": kind, "seed": seed, **rec})
+        del inputs
+    worst: dict = {}
+    for t in trials:
+        for s in t["outputs"]:
+            w = worst.setdefault(s["output"], {"max_abs_err": 0.0, "max_rel_err": 0.0})
+            w["max_abs_err"] = max(w["max_abs_err"], s["max_abs_err"])
+            w["max_rel_err"] = max(w["max_rel_err"], s["max_rel_err"])
+    shapes = []
+    for t in trials:
+        if t["shape"] not in shapes:
+            shapes.append(t["shape"])
+    return {"passed": True, "trials": len(trials), "shapes": shapes, "kinds": sorted({t["kind"] for t in trials}),
+            "worst": worst}
+
+
+def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: str) -> dict:
+    """Fresh inputs every call, L2 flushed before it, GPU time from the observer; a secret subset verified."""
     import torch
 
-    from xlang.backend import BuildResult, get_backend
+    task, timing = ctx["task"], ctx["spec"]["timing"]
+    flush = torch.empty(int(max(timing.get("flush_min_bytes", 256 << 20),
+                                2 * torch.cuda.get_device_properties(0).L2_cache_size)), dtype=torch.int8,
+                        device="cuda")
+    seed0 = int(timing.get("seed", 20_261_129))
+    call = Call(ctx, shape)
+    wall, spans = [], []
+
+    def one(k: int, check: bool):
+        inputs = _make_inputs(task, shape, seed0 + k, "cuda", "normal")
+        call.fill(inputs)
+        flush.zero_()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call.run(runner, ctx["call_timeout_s"])
+        records = _flush(observer, prov)
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        if check:
+            verify(ctx, call, inputs, f"timed call {k} of the {who}")
+        from xlang.profiler.observer import span
+
+        return (span(records) / 1e6 if observer is not None else None), wall_ms
+
+    try:
+        progress(f"timing {who}: first calls")
+        for k in range(2):  # JIT compilation, autotuning, module loads
+            one(k, check=k == 1)
+        est = max(1e-3, one(2, check=False)[0 if observer is not None else 1] or 1e-3)
+        warm = int(min(200, max(3, timing.get("sustain_s", 0.3) * 1e3 / est)))
+        reps = int(min(timing.get("max_reps", 200), max(timing.get("min_reps", 20), timing.get("budget_s", 0.6) * 1e3 / est)))
+        rng = random.Random(ctx["secret"] + hash(who) % 1000)
+        verified = set(rng.sample(range(reps), min(reps, int(timing.get("verify", 3))))) | {reps - 1}
+        progress(f"timing {who}: {warm} warm-up calls, {reps} timed, {len(verified)} of them verified")
+        for k in range(warm):
+            one(3 + k, check=False)
+        for k in range(reps):
+            span, w = one(3 + warm + k, check=k in verified)
+            spans.append(span)
+            wall.append(w)
+    finally:
+        call.close([runner])
+    samples = spans if observer is not None else wall
+    return {"stats": _stats(samples), "method": "cupti_kernel_span" if observer is not None else "wall_clock_ipc",
+            "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall)}
+
+
+def gpu_processes() -> list[int] | None:
+    """PIDs (as this PID namespace sees them) of the processes holding a context on GPU 0, from NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            return sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)})
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML: the check is recorded as not made
+        return None
+
+
+def run_check(ctx, progress) -> dict:
+    spec, task = ctx["spec"], ctx["task"]
+    observer = _observer(spec)
+    runner = None
+    result: dict = {}
+    try:
+        runner = Runner(spec, "candidate", spec["hello"], observer=observer)
+        prov = Provenance(spec, runner.home) if observer is not None else None
+        result["correctness"] = correctness(ctx, runner, observer, prov, progress)
+        timing = spec.get("timing") or {}
+        if not timing.get("enabled") or ctx["kind"] != "cuda" or not wait_at_gate(timing, progress):
+            return result
+        shape = spec["timed_shape"]
+        cand = time_calls(ctx, runner, observer, prov, shape, progress, "candidate")
+        others = gpu_processes()
+        runner.close()
+        runner = None
+        # The vendor runs with no candidate process alive: wait until the GPU lists only us.
+        alone = _wait_alone(progress)
+        vendor_observer = _observer(spec)
+        vendor_runner = Runner(spec, "vendor", {"op": "vendor", "task": task.name}, observer=vendor_observer)
+        try:
+            base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor")
+        finally:
+            vendor_runner.close()
+        result["timing"] = _timing_record(ctx, shape, cand, base, others, alone)
+        result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
+        return result
+    finally:
+        if runner is not None:
+            runner.kill()
+
+
+def _wait_alone(progress, limit_s: float = 10.0) -> dict:
+    me = os.getpid()
+    t0 = time.monotonic()
+    while True:
+        pids = gpu_processes()
+        if pids is None:
+            return {"checked": False}
+        others = [p for p in pids if p != me]
+        if not others or time.monotonic() - t0 > limit_s:
+            return {"checked": True, "others": others, "waited_s": round(time.monotonic() - t0, 2)}
+        progress(f"waiting for {others} to leave the GPU")
+        time.sleep(0.2)
+
+
+def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
+    from xlang.archs import get_arch
+
+    task = ctx["task"]
+    flops = task.flops(shape)
+    c_ms, b_ms = cand["stats"]["median_ms"], base["stats"]["median_ms"]
+    arch = get_arch(ctx["spec"]["arch"])
+    peak = arch.figures.get("peak_dense_bf16_tflops")
+    bw = arch.figures.get("mem_bandwidth_tbs")
+    floors = [flops / (peak * 1e12) * 1e3] if peak else []
+    if bw and task.min_bytes is not None:
+        floors.append(task.min_bytes(shape) / (bw * 1e12) * 1e3)
+    floor = max(floors) if floors else None
+    me = os.getpid()
+    extra = [p for p in (others or []) if p != me]
+    return {
+        "method": cand["method"], "shape": shape, "seed": ctx["spec"]["timing"].get("seed"),
+        "candidate_ms": c_ms, "baseline_ms": b_ms, "candidate": cand["stats"], "baseline": base["stats"],
+        "candidate_wall": cand["wall_stats"], "baseline_wall": base["wall_stats"],
+        "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"]},
+        "baseline_name": task.baseline_name,
+        "speedup": b_ms / c_ms if c_ms > 0 else None,
+        "tflops": flops / (c_ms * 1e-3) / 1e12 if c_ms > 0 else None,
+        "baseline_tflops": flops / (b_ms * 1e-3) / 1e12 if b_ms > 0 else None,
+        "flops": flops, "roofline_floor_ms": floor, "beyond_roofline": bool(floor is not None and c_ms < floor),
+        "gpu_processes_during_candidate": len(extra) if others is not None else None,
+        "vendor_alone": alone,
+    }
+
+
+def run_tool_stage(ctx, tool: list[str], progress) -> dict:
+    """memcheck / ncu: the runner under the tool (outside the jail: its log and report land in the judge's
+    folder), a trial per shape; the tool's own output is read by the parent."""
+    spec = ctx["spec"]
+    runner = Runner(spec, spec["mode"], spec["hello"], tool=tool)
+    try:
+        out = {"correctness": correctness(ctx, runner, None, None, progress)}
+    finally:
+        runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
+    out["runner_exit"] = runner.proc.returncode
+    out["runner_stdout"] = runner.out.text(1.0)[-20000:]
+    out["runner_stderr"] = runner.err.text(1.0)[-20000:]
+    return out
+
+
+def run(spec: dict, progress) -> dict:
     from xlang.task import get_task
 
-    if not torch.cuda.is_available():
-        return {"status": "harness_error", "detail": "torch sees no CUDA device in the worker"}
-    task = get_task(spec["task"])
-    build = BuildResult.from_dict(spec["build"])
-    backend = get_backend(spec["lang"])
-    torch.cuda.init()
-    fp = fingerprint(torch)
-    files = {str(Path(build.load_path).resolve()), build.load_path} if build.load_path else set()
-    progress("load candidate")
-    try:
-        entry = backend.load_entry(build)
-    except Exception as e:  # noqa: BLE001
-        return {"status": "runtime_error", "detail": "loading the candidate failed:\n" + candidate_trace(e, files),
-                "fingerprint": fp}
-    own = own_kernel_names(entry)
-    ctx = {"task": task, "entry": entry, "device": "cuda", "atol": task.tolerance["atol"],
-           "rtol": task.tolerance["rtol"], "progress": progress, "files": files, "arch": spec["arch"]}
-    mode = spec["mode"]
-    result: dict = {"status": "ok", "fingerprint": fp, "mode": mode, "own_kernels": own}
-    try:
-        if mode == "check":
-            shapes = spec["shapes"]
-            corr = run_correctness(ctx, shapes, spec["seed"], spec.get("trials", 3))
-            result["correctness"] = corr
-            if not corr["passed"]:
-                result.update(status="incorrect", detail=corr["failure"])
-                return result
-            spec_timing = spec.get("timing", {})
-            if spec_timing.get("enabled", True) and wait_at_gate(spec_timing, progress):
-                timing = run_timing(ctx, shapes[0], spec_timing.get("seed", spec["seed"] + 999), spec_timing)
-                timing["clocks"] = gpu_clocks(spec.get("gpu_index"))
-                result["timing"] = timing
-                if timing["recheck_failure"]:
-                    result.update(status="incorrect", detail=timing["recheck_failure"])
-        elif mode == "once":
-            rec = check_once(ctx, spec["shape"], spec["seed"], 0, 0)
-            result["trial"] = rec
-            if "failure" in rec:
-                result.update(status="incorrect", detail=rec["failure"])
-        elif mode == "ncu":
-            from xlang.candidate import allocate_outputs, arguments
+    kind = spec["device"]
+    if kind == "cuda":
+        progress("import torch")
+        import torch
 
-            shape = spec["shape"]
-            inputs = task.make_inputs(shape, spec["seed"], "cuda")
-            outputs = allocate_outputs(task, shape, "cuda")
-            args = arguments(task, shape, {**inputs, **outputs})
-            progress("ncu: warm-up call")
-            _call(entry, args, torch, files)
-            progress("ncu: profiled call")
-            torch.cuda.nvtx.range_push(NVTX_RANGE)
+        if not torch.cuda.is_available():
+            return {"status": "harness_error", "detail": "torch sees no CUDA device in the judge"}
+        torch.cuda.init()
+        torch.empty(1, device="cuda")
+        fp = fingerprint(torch)
+    else:
+        fp = {"python": platform.python_version(), "device": "cpu"}
+    task = get_task(spec["task"])
+    ctx = {"spec": spec, "task": task, "kind": kind, "device": kind, "atol": task.tolerance["atol"],
+           "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
+           "secret": random.SystemRandom().randrange(1 << 30)}
+    result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"]}
+    try:
+        if spec["mode"] == "check":
             try:
-                _call(entry, args, torch, files)
+                result.update(run_check(ctx, progress))
             finally:
-                torch.cuda.nvtx.range_pop()
+                result["kernels_seen"] = {k: sorted(v)[:200] for k, v in SEEN.items()}
+        elif spec["mode"] in ("memcheck", "ncu"):
+            result.update(run_tool_stage(ctx, list(spec["tool"]), progress))
         else:
-            return {"status": "harness_error", "detail": f"unknown worker mode {mode}"}
+            return {"status": "harness_error", "detail": f"unknown judge mode {spec['mode']}"}
+    except Outcome as o:
+        result.update(status=o.status, detail=o.detail)
     except CandidateError as e:
         result.update(status="runtime_error", detail=str(e))
-    except torch.cuda.OutOfMemoryError as e:
-        result.update(status="runtime_error", detail=f"out of GPU memory: {str(e).splitlines()[0]}")
+    except RunnerGone as e:
+        result.update(status="timeout" if e.timed_out else "runtime_error", detail=str(e))
     progress("done")
-    try:
-        import gc
-
-        gc.collect()
-        torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001 - a late asynchronous error still belongs to the candidate
-        if result["status"] == "ok":
-            result.update(status="runtime_error", detail=f"CUDA error at the end: {str(e).splitlines()[0]}")
     return result
 
 
@@ -523,14 +748,14 @@ def main(argv: list[str]) -> int:
     progress = _Progress(spec.get("progress"))
     try:
         result = run(spec, progress)
-    except Exception as e:  # noqa: BLE001 - our own failure, or the candidate's escaping our guards
-        result = {"status": "runtime_error", "detail": "worker failed: " + "".join(
-            traceback.format_exception_only(type(e), e)).strip()[:3000],
-                  "traceback": traceback.format_exc()[-6000:]}
+    except Exception as e:  # noqa: BLE001 - our own failure
+        result = {"status": "harness_error", "detail": "judge failed: " + "".join(
+            traceback.format_exception_only(type(e), e)).strip()[:3000], "traceback": traceback.format_exc()[-6000:]}
     result["pid"] = os.getpid()
-    Path(spec["out"]).write_text(json.dumps(result, default=str))
+    tmp = Path(spec["out"] + ".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    tmp.replace(spec["out"])
     sys.stdout.flush()
-    # Skip interpreter teardown: a candidate's broken CUDA state can hang or crash at exit.
     os._exit(0)
 
 

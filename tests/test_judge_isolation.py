@@ -1,0 +1,80 @@
+"""The judge/runner split on the CPU: the candidate runs in its own jailed process on buffers the judge shares
+(memfd here, CUDA VMM on a GPU), and nothing it does reaches the judge's objects, files, secrets or the next
+candidate. GPU classes (timing, observer, memcheck, ncu) are in tests/test_hostile_gpu.py."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from xlang.profiler.evaluate import run_stage
+from xlang.sandbox import level
+from xlang.task import get_task
+
+HERE = Path(__file__).parent / "kernels" / "isolation"
+SECRET = "sk-xlang-test-secret-0123456789"
+
+
+def _check(tmp_path, candidate: str, shapes=None, env=None):
+    task = get_task("gemm")
+    shapes = shapes or task.draw_shapes({"M": 64, "N": 64, "K": 64}, random.Random(1), 2)
+    shapes = [{k: min(v, 96) // 8 * 8 or 8 for k, v in s.items()} for s in shapes]
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / candidate).read_text())
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu",
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build)], "trials": [(s, "normal", 10 + i) for i, s in enumerate(shapes)],
+            "timing": {"enabled": False}, "call_timeout_s": 60}
+    work = tmp_path / "eval"
+    work.mkdir(mode=0o700)
+    return run_stage({**spec, "mode": "check"}, work, "check", 120, env=env)
+
+
+def test_honest_cpu_candidate_is_correct(tmp_path):
+    run = _check(tmp_path, "cpu_gemm_honest.py")
+    assert run.result["status"] == "ok", run.result
+    assert run.result["correctness"]["passed"] and run.result["correctness"]["trials"] >= 2
+
+
+def test_tampering_candidate_reaches_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLANG_TEST_API_KEY", SECRET)
+    before = {p: p.read_bytes() for p in Path("xlang").glob("*.py")}
+    run = _check(tmp_path, "cpu_gemm_tamper.py")
+    assert run.result["status"] == "runtime_error"  # it raised; its own message is all it could say
+    detail = run.result["detail"]
+    assert SECRET not in detail and SECRET not in run.child.stdout + run.child.stderr
+    if level() != "process":
+        # It found nothing to read or write: no /proc of ours, no writable file of ours, no signal to us.
+        assert "found: []" in detail, detail[:500]
+    assert {p: p.read_bytes() for p in Path("xlang").glob("*.py")} == before
+    assert not Path("xlang-runs-owned").exists()
+
+
+def test_survivor_does_not_outlive_the_stage(tmp_path):
+    if level() == "process":
+        pytest.skip("without a PID namespace a double-forked survivor can escape (isolation level 'process')")
+    run = _check(tmp_path, "cpu_gemm_survivor.py")
+    assert run.result["status"] == "ok", run.result
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "xlang-survivor-marker-7f3a"], capture_output=True, text=True).stdout
+    assert not left.strip(), f"survivor processes: {left}"
+
+
+def test_then_an_honest_candidate_is_judged_as_before(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    _check(tmp_path / "a", "cpu_gemm_tamper.py")
+    run = _check(tmp_path / "b", "cpu_gemm_honest.py")
+    assert run.result["status"] == "ok", run.result
+
+
+def test_isolation_level_is_the_strongest_here():
+    # CI and this machine run as root with user namespaces: the full jail must be what we get.
+    if os.geteuid() == 0:
+        assert level() == "bwrap+uid"

@@ -1,0 +1,136 @@
+"""The candidate's side of an evaluation: `python -m xlang.profiler.runner FD`, started by the judge in a jail.
+
+It loads the candidate (or, for the vendor baseline, the task's baseline: the same protocol, so both are
+observed and timed the same way), maps the buffers the judge shares, and calls the entry point when told.
+Nothing here is trusted: the judge decides every verdict from what it reads itself (outputs, its own
+clocks, the CUPTI observer's records, the tools' reports); this process only says "done" or why not, and
+that text is used as feedback, never as evidence.
+
+Protocol: one JSON message per SOCK_SEQPACKET datagram (file descriptors ride along with `map`):
+  judge -> runner  {"op": "hello", "device": "cuda"|"cpu", "lang": L, "load": PATH} | {"op": "vendor", "task": T}
+                   {"op": "map", "set": ID, "buffers": [BufferMeta...]} + one fd per buffer
+                   {"op": "call", "set": ID, "sizes": [...]}    {"op": "unmap", "set": ID}    {"op": "exit"}
+  runner -> judge  {"op": "ready"} | {"op": "mapped"} | {"op": "done"} | {"op": "error", "detail": TEXT}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+MAX_MESSAGE = 1 << 20
+MAX_FDS = 64
+
+
+def send(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message, default=str).encode()
+    if len(data) > MAX_MESSAGE:
+        data = json.dumps({"op": message.get("op", "error"), "detail": "message too long"}).encode()
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.send(data)
+
+
+def receive(sock: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, MAX_FDS)
+    if not data:
+        raise EOFError("the other side closed the connection")
+    return json.loads(data), list(fds)
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _load_candidate(hello: dict):
+    from xlang.backend import BuildResult, get_backend
+
+    build = BuildResult(True, hello["lang"], "", "", {}, os.path.dirname(hello["load"]), load_path=hello["load"])
+    return get_backend(hello["lang"]).load_entry(build), {hello["load"], os.path.realpath(hello["load"])}
+
+
+def _vendor_entry(task_name: str):
+    """The task's vendor baseline as an entry point over the judge's buffers (inputs first, outputs after)."""
+    from xlang.task import get_task
+
+    task = get_task(task_name)
+    names = [t.name for t in task.contract.tensors]
+    n_in = len(task.contract.inputs)
+    cache: dict = {}
+
+    def entry(*args):
+        tensors = dict(zip(names, args[: len(names)]))
+        shape = dict(zip(task.contract.sizes, args[len(names):]))
+        key = tuple(t.data_ptr() for t in args[: len(names)])
+        if key not in cache:  # the baseline's own call object for these buffers (its setup is not timed)
+            cache.clear()
+            cache[key] = task.baseline({k: tensors[k] for k in names[:n_in]}, shape)
+        cache[key]()
+
+    return entry
+
+
+def serve(sock: socket.socket) -> None:
+    from xlang.candidate import candidate_trace
+
+    from xlang.profiler.buffers import Mapped
+
+    hello, _ = receive(sock)
+    device = hello.get("device", "cuda")
+    if device == "cuda":
+        import torch
+
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # the primary context, current on this thread, before any mapping
+    files: set = set()
+    try:
+        if hello["op"] == "vendor":
+            entry = _vendor_entry(hello["task"])
+        else:
+            entry, files = _load_candidate(hello)
+    except BaseException as e:  # noqa: BLE001 - the candidate's import failed: tell the judge why
+        send(sock, {"op": "error", "detail": "loading the candidate failed:\n" + candidate_trace(e, files)})
+        return
+    send(sock, {"op": "ready"})
+    sets: dict = {}
+    while True:
+        msg, fds = receive(sock)
+        op = msg.get("op")
+        if op == "map":
+            sets[msg["set"]] = [Mapped(meta, fd) for meta, fd in zip(msg["buffers"], fds)]
+            send(sock, {"op": "mapped"})
+        elif op == "unmap":
+            for m in sets.pop(msg["set"], []):
+                m.close()
+            send(sock, {"op": "unmapped"})
+        elif op == "call":
+            args = [m.tensor for m in sets[msg["set"]]] + list(msg["sizes"])
+            try:
+                entry(*args)
+                _sync(device)
+            except BaseException as e:  # noqa: BLE001 - the candidate's own failure, as feedback
+                send(sock, {"op": "error", "detail": candidate_trace(e, files)})
+                continue
+            send(sock, {"op": "done"})
+        elif op == "exit":
+            return
+
+
+def main(argv: list[str]) -> int:
+    sock = socket.socket(fileno=int(argv[0]))
+    try:
+        serve(sock)
+    except (EOFError, ConnectionError, BrokenPipeError):
+        pass
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown: a candidate's broken CUDA state can hang at exit
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
