@@ -6,4 +6,4 @@ code paths that need them (a GPU worker, a backend's build, the agent loop).
 
 __version__ = "0.1.0"
 # Bumped whenever a change can alter a verdict or a timing; stored with every result.
-HARNESS_VERSION = "2"  # 2: back-to-back event batches (as do_bench); fixed timing seed; stages side by side
+HARNESS_VERSION = "3"  # 3: judge/runner split, jail, CUPTI observer, drawn shapes
