@@ -36,7 +36,8 @@
  * (for example kernels launched from CUDA graphs or through a static cudart the library cannot query).
  *
  * Launch accounting: every successful launch callback (driver or runtime, not graph launches, not a driver launch
- * nested inside a runtime launch) expects a kernel record with its correlation id; after a flush's synchronisation,
+ * nested inside a runtime launch, not a launch captured into a graph: GRAPHNODE_CREATED fired during it) expects a
+ * kernel record with its correlation id; after a flush's synchronisation,
  * a launch issued before the flush with no kernel record is reported as "X missing_kernel_records n" (for example
  * when code in the process disabled CUPTI activity collection).
  */
@@ -275,6 +276,7 @@ static __thread uint64_t tl_loaded;    /* MODULE_LOADED callbacks seen on this t
 static __thread int32_t tl_last_mod = -1;
 static __thread uint32_t tl_rt_corr;   /* correlation id of the runtime launch in progress, 0 if none */
 static __thread uint64_t tl_rt_start;  /* tl_loaded when that runtime launch began */
+static __thread uint32_t tl_drv_corr;  /* correlation id of the driver launch in progress, 0 if none */
 
 /* Driver and runtime entry points, found at run time. */
 typedef CUresult (*pfn_cuFuncGetModule)(CUmodule *, CUfunction);
@@ -527,6 +529,15 @@ static void ring_exit(uint32_t corr, int32_t mod, int ok)
     pthread_mutex_unlock(&ring_mu);
 }
 
+/* A launch captured into a graph (stream capture) runs nothing now: expect no kernel record for it. */
+static void ring_unexpect(uint32_t corr)
+{
+    pthread_mutex_lock(&ring_mu);
+    ring_t *e = &g_ring[corr & (RING_SIZE - 1)];
+    if (e->corr == corr && (e->flags & RF_USED)) e->flags &= ~(uint32_t)RF_EXPECT;
+    pthread_mutex_unlock(&ring_mu);
+}
+
 /* The module index recorded for a kernel's correlation id; marks it seen. */
 static int32_t ring_seen(uint32_t corr)
 {
@@ -588,6 +599,11 @@ static void on_resource(CUpti_CallbackId cbid, const CUpti_ResourceData *rd)
     case CUPTI_CBID_RESOURCE_MODULE_LOADED:
         module_loaded(rd->context, (const CUpti_ModuleResourceData *)rd->resourceDescriptor);
         break;
+    case CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED:
+        /* inside a launch on this thread: the launch was captured into a graph, it did not run */
+        if (tl_drv_corr) ring_unexpect(tl_drv_corr);
+        if (tl_rt_corr) ring_unexpect(tl_rt_corr);
+        break;
     case CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING: {
         const CUpti_ModuleResourceData *m = (const CUpti_ModuleResourceData *)rd->resourceDescriptor;
         if (m) modules_die(rd->context, 1, m->moduleId);
@@ -641,8 +657,13 @@ static void on_driver(CUpti_CallbackId cbid, const CUpti_CallbackData *cd)
         int nested = tl_rt_corr != 0;
         CUfunction f = driver_launch_function(cbid, p);
         int32_t mod = mod_for_function(f, cd->context, since);
-        if (enter) ring_enter(cd->correlationId, mod, !nested);
-        else ring_exit(cd->correlationId, mod, ok);
+        if (enter) {
+            ring_enter(cd->correlationId, mod, !nested);
+            tl_drv_corr = cd->correlationId;
+        } else {
+            ring_exit(cd->correlationId, mod, ok);
+            tl_drv_corr = 0;
+        }
         if (nested) ring_link(cd->correlationId, tl_rt_corr, mod);
         return;
     }
@@ -745,8 +766,8 @@ static void on_runtime(CUpti_CallbackId cbid, const CUpti_CallbackData *cd)
     if (enter) {
         int32_t mod = by_kernel ? mod_for_cukernel((CUkernel)sym, cd->context, since)
                                 : mod_for_symbol(sym, cd->context, since);
-        ring_enter(cd->correlationId, mod, 1);
         tl_rt_corr = cd->correlationId;
+        ring_enter(cd->correlationId, mod, 1);
         tl_rt_start = since;
     } else {
         int32_t mod = -1;
@@ -1061,6 +1082,9 @@ XO_EXPORT int InitializeInjection(void)
                 "cb_module_loaded");
             TRY(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE,
                                     CUPTI_CBID_RESOURCE_MODULE_UNLOAD_STARTING), "cb_module_unload");
+            /* needed to tell a captured launch (no kernel runs) from a launch whose record went missing */
+            TRY(cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED),
+                "cb_graphnode_created");
             for (size_t i = 0; i < sizeof k_driver_cbids / sizeof k_driver_cbids[0]; i++) {
                 CUptiResult er = cuptiEnableCallback(1, g_sub, CUPTI_CB_DOMAIN_DRIVER_API, k_driver_cbids[i]);
                 if (er != CUPTI_SUCCESS) report_error("cb_driver", (long)k_driver_cbids[i]);
