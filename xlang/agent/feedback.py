@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from xlang import verdict as V
+from xlang.agent.buildinfo import memcheck_source_lines, resources_text
 from xlang.task import ENTRY_POINT
 
 # Best first: what "best candidate" means when no candidate is ok.
@@ -98,9 +99,11 @@ def timing_text(timing: dict | None) -> str:
 
 
 def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arch, extract_note: str = "",
-                  best: tuple[int, str, float | None] | None = None) -> str:
-    """The message sent after turn turn_idx. best: (turn, category, speedup) of the best candidate so far."""
+                  best: tuple[int, str, float | None] | None = None, code: str | None = None) -> str:
+    """The message sent after turn turn_idx. best: (turn, category, speedup) of the best candidate so far;
+    code: the candidate (memcheck's source lines are quoted from it)."""
     cat = verdict.category
+    sc = V.scores(verdict.to_dict())
     fence = backend.fences[0] if backend.fences else ""
     head = f"Result of turn {turn_idx}/{turns}: **{cat}** ({HEADLINES.get(cat, cat)})."
     body: list[str] = []
@@ -117,6 +120,10 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
     elif cat == V.MISSING_INSTRUCTIONS:
         body += [f"It compiled, but the SASS for {arch.sm} lacks required instruction families. "
                  + (verdict.detail or ""), census_text(verdict.build)]
+        if sc["correct"]:
+            t = timing_text(verdict.timing)
+            body.append("At run time it computed the correct result" + (f" ({t})" if t else "")
+                        + ", but without the required instructions it does not count as correct for this target.")
         ask = ("Rewrite the kernel so that it uses the missing families (see the architecture section) and reply "
                f"with the complete source in one ```{fence} block.")
     elif cat in (V.RUNTIME_ERROR, V.TIMEOUT):
@@ -127,6 +134,9 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
             body.append("Correctness check: " + _compact(verdict.correctness))
     elif cat == V.MEMORY_ERROR:
         body.append(verdict.detail or "compute-sanitizer memcheck reported errors.")
+        lines = memcheck_source_lines(verdict.memcheck, code)
+        if lines:
+            body.append(lines)
         if verdict.memcheck:
             body.append("memcheck: " + _compact(verdict.memcheck))
     elif cat == V.NOT_EXECUTED:
@@ -150,6 +160,8 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
                f"Reply with the complete improved source in one ```{fence} block.")
     else:
         body.append(verdict.detail or "")
+    if sc["compiled"] and cat not in (V.COMPILE_ERROR, V.FORBIDDEN_CALL):
+        body.append(resources_text((verdict.build or {}).get("resources")))
     if verdict.runtime_note and cat in (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.NOT_EXECUTED):
         body.append(f"Runtime: {verdict.runtime_note}")
     if best is not None and best[0] != turn_idx:

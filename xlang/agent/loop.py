@@ -3,6 +3,10 @@ judged, given feedback and stored before the next one starts.
 
 A run is resumable: run it again with the same --run-id and each sample continues after its last stored turn
 (rebuilding the conversation from the store); finished samples are skipped, nothing is duplicated.
+
+Options researchers compare on: prompt variants (sample k gets variant k mod their number, recorded with the
+sample), the context policy (what of the earlier turns each prompt keeps: xlang.agent.prompt.CONTEXT_POLICIES),
+and a target speedup (a sample stops once a candidate correct with the target instructions reaches it).
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class RunConfig:
     seed: int = 0
     run_id: str | None = None
     workdir: str | None = None  # build artifacts (default: <store folder>/artifacts)
+    prompt_variants: str | None = None  # "base,plan,terse" or NAME=FILE entries (default: base)
+    context: str = "trimmed"  # xlang.agent.prompt.CONTEXT_POLICIES
+    target_speedup: float | None = None  # stop a sample once correct with the target instructions at this speedup
 
     def sampling(self) -> dict:
         return {k: v for k, v in (("temperature", self.temperature), ("max_tokens", self.max_tokens),
@@ -104,7 +111,10 @@ class Budget:
 
 
 def _versions(source: Source) -> dict:
-    out = {"python": platform.python_version()}
+    from xlang.agent.buildinfo import toolchain_versions
+
+    out = {"python": platform.python_version(), **{k: v for k, v in toolchain_versions().items()
+                                                    if k in ("nvcc", "ptxas", "driver")}}
     for dist in ("xlang", "triton", "torch", "nvidia-cutlass-dsl", "litellm"):
         if dist == "litellm" and source.kind != "llm":
             continue
@@ -125,6 +135,11 @@ class Run:
             raise XlangError("--turns, --samples and --concurrency must be at least 1")
         if cfg.docs not in P.DOCS_LEVELS:
             raise XlangError(f"unknown docs level '{cfg.docs}' (known: {', '.join(P.DOCS_LEVELS)})")
+        if cfg.context not in P.CONTEXT_POLICIES:
+            raise XlangError(f"unknown context policy '{cfg.context}' (known: {', '.join(P.CONTEXT_POLICIES)})")
+        if cfg.target_speedup is not None and cfg.target_speedup <= 0:
+            raise XlangError("--target-speedup must be positive")
+        self.variants = P.parse_prompt_variants(cfg.prompt_variants)
         self.cfg = cfg
         self.on_turn = on_turn or (lambda e: None)
         self.task = get_task(cfg.task)
@@ -151,8 +166,9 @@ class Run:
                 sampling=cfg.sampling(), seed=cfg.seed, profiler=cfg.profiler,
                 config={"stop_on_ok": cfg.stop_on_ok, "max_cost": cfg.max_cost, "concurrency": cfg.concurrency,
                         "required": list(self.required), "runtime": self.runtime.name,
-                        "runtime_note": self.runtime.note, **self.source.config()},
-                versions=_versions(self.source))
+                        "runtime_note": self.runtime.note, "prompt_variants": list(self.variants),
+                        "target_speedup": cfg.target_speedup, **self.source.config()},
+                versions=_versions(self.source), context=cfg.context)
             if not created:
                 old = store.run(run_id)
                 if (old["task"], old["lang"], old["arch"], old["model"]) != (cfg.task, cfg.lang, cfg.arch, cfg.model):
@@ -184,7 +200,10 @@ class Run:
     def _sample(self, k: int) -> SampleResult:
         cfg, store, run_id = self.cfg, self.store, self.run_id
         seed = cfg.seed + k
-        store.start_sample(run_id, k, seed)
+        names = list(self.variants)
+        variant = names[k % len(names)]
+        first_prompt = P.with_variant(self.first_prompt, self.variants[variant])
+        store.start_sample(run_id, k, seed, prompt_variant=variant)
         row = next(s for s in store.samples(run_id) if s["sample_idx"] == k)
         stored = store.turns(run_id=run_id, sample_idx=k)
         if row["status"] in ("done", "missing"):
@@ -200,23 +219,28 @@ class Run:
                     "category": t["category"], "speedup": t["speedup"]} for t in stored]
         best = min(((h["turn_idx"], h["category"], h["speedup"]) for h in history if h["category"]),
                    key=lambda b: F.rank_key(b[1], b[2]), default=None)
+        reached = next((t["turn_idx"] for t in stored if self._reached(t.get("verdict"))), None)
         status, note = "done", ""
         if stored and stored[-1]["error"]:
             history.pop()  # a failed provider call is retried on resume (its row stays as the record)
         for turn_idx in range(len(stored) + 1, turns + 1):
             if cfg.stop_on_ok and best and best[1] in (V.OK, V.STATIC_OK) and self.source.kind != "replay":
                 break
+            if reached is not None and self.source.kind != "replay":
+                note = f"target speedup {cfg.target_speedup}x reached at turn {reached}"
+                break
             if self.budget.exhausted():
                 status, note = "budget", f"--max-cost {cfg.max_cost} USD reached (spent {self.budget.spent:.4f})"
                 break
             wall0 = time.monotonic()
-            messages = P.build_messages(self.first_prompt, history)
+            messages = P.build_messages(first_prompt, history, cfg.context)
             reply = self.source.reply(messages, k, turn_idx, seed)
             self.budget.add(reply.cost_usd)
             common = dict(messages=messages, reply=reply.text, prompt_tokens=reply.prompt_tokens,
                           completion_tokens=reply.completion_tokens, total_tokens=reply.total_tokens,
                           cost_usd=reply.cost_usd, llm_seconds=reply.seconds, model=reply.model,
-                          sampling=cfg.sampling(), seed=seed)
+                          sampling=cfg.sampling(), seed=seed, reasoning_tokens=reply.reasoning_tokens,
+                          reasoning=reply.reasoning)
             if reply.error:
                 store.add_turn(run_id, k, turn_idx, error=reply.error, wall_seconds=time.monotonic() - wall0, **common)
                 self._emit(k, turn_idx, turns, None, reply.error, None, reply, reply.error)
@@ -235,9 +259,14 @@ class Run:
             if best is None or F.rank_key(v.category, v.speedup) < F.rank_key(best[1], best[2]):
                 best = candidate
             fb = F.feedback_text(v, turn_idx=turn_idx, turns=turns, backend=self.backend, arch=self.arch,
-                                 extract_note=no_code_note, best=best)
+                                 extract_note=no_code_note, best=best, code=code)
+            if reached is None and self._reached(v.to_dict()):
+                reached = turn_idx
+            build = j.build.to_dict() if j.build else None
+            if build is not None:
+                build["resources"] = (v.build or {}).get("resources")
             with store.transaction():
-                store.add_turn(run_id, k, turn_idx, code=code, build=j.build.to_dict() if j.build else None,
+                store.add_turn(run_id, k, turn_idx, code=code, build=build,
                                verdict=v.to_dict(), category=v.category, feedback=fb, speedup=v.speedup,
                                build_seconds=j.build_seconds, eval_seconds=j.eval_seconds,
                                wall_seconds=time.monotonic() - wall0, **common)
@@ -245,12 +274,21 @@ class Run:
             history.append({"turn_idx": turn_idx, "reply": reply.text, "feedback": fb, "category": v.category,
                             "speedup": v.speedup})
             self._emit(k, turn_idx, turns, v.category, v.detail, v.speedup, reply, None)
+        if not note and reached is not None and self.source.kind != "replay":
+            note = f"target speedup {cfg.target_speedup}x reached at turn {reached}"
         fields = dict(status=status, note=note or None, finished_at=time.time())
         if best:
             fields.update(best_turn=best[0], best_category=best[1], best_speedup=best[2])
         store.update_sample(run_id, k, **fields)
         return SampleResult(k, status, note, *(best or (None, None, None)),
                             turns=len(store.turns(run_id=run_id, sample_idx=k)))
+
+    def _reached(self, verdict: dict | None) -> bool:
+        """The target speedup is reached: correct with the target instructions, at least that fast."""
+        if self.cfg.target_speedup is None or not verdict:
+            return False
+        sc = V.scores(verdict)
+        return sc["correct_with_target"] and (sc["speedup"] or 0.0) >= self.cfg.target_speedup
 
     def _emit(self, k, turn_idx, turns, category, detail, speedup, reply, error):
         try:

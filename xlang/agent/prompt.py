@@ -1,9 +1,16 @@
 """Prompt assembly (each part from its owner) and code extraction from a model's reply.
 
 Turn 1:  [system, user(task + architecture + language section + architecture docs + reply format)]
-Turn n:  the same two, then for each earlier turn an assistant message (the reply) and a user message (its
-         feedback). Replies older than the last KEEP_FULL_REPLIES are shortened to a one-line stub so the
-         context stays bounded; the latest code is always there in full.
+Turn n:  what the context policy (CONTEXT_POLICIES, `--context`) keeps of the earlier turns:
+  trimmed      (default) the same two, then for each earlier turn an assistant message (the reply) and a user
+               message (its feedback); replies older than the last KEEP_FULL_REPLIES are shortened to a one-line
+               stub so the context stays bounded; the latest code is always there in full
+  full         every earlier reply and feedback in full
+  latest-pair  only the latest reply and its feedback after the first two messages
+  single-user  one user message: the task, then the latest reply and its feedback (no assistant messages)
+
+Prompt variants (PROMPT_VARIANTS, `--prompt-variants`): named rewordings of the first user message's closing
+request, one per sample (sample k gets variant k mod the number of variants), recorded with the sample.
 """
 
 from __future__ import annotations
@@ -17,6 +24,17 @@ from xlang.task import ENTRY_POINT, format_shape
 
 DOCS_LEVELS = ("none", "params", "templates", "contracts")
 KEEP_FULL_REPLIES = 2
+CONTEXT_POLICIES = ("trimmed", "full", "latest-pair", "single-user")
+
+# Built-in prompt variants: text added at the end of the first user message ("base" adds nothing).
+PROMPT_VARIANTS = {
+    "base": "",
+    "plan": ("## Before the code\nStart with a short plan (at most ten lines): the tile shape, the pipeline depth, "
+             "which of the required instructions move the data and which do the math, and what each warp or warp "
+             "group does. Then give the code."),
+    "terse": ("## Reply length\nReply with the code block only: no explanation before or after it. Put anything "
+              "a reader must know in comments."),
+}
 
 SYSTEM = (
     "You are an expert GPU kernel engineer. You write correct, fast kernels that use the target architecture's "
@@ -143,11 +161,48 @@ def stub_reply(turn_idx: int, category: str | None) -> str:
     return f"(my reply of turn {turn_idx} is omitted here to save context; it was judged: {category or 'n/a'})"
 
 
-def build_messages(first_user: str, history: list[dict]) -> list[dict]:
-    """history: earlier turns in order, each {turn_idx, reply, feedback, category}."""
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": first_user}]
-    for i, h in enumerate(history):
-        keep = i >= len(history) - KEEP_FULL_REPLIES
+def parse_prompt_variants(spec: str | None) -> dict[str, str]:
+    """'base,plan' or 'base,mine=path/to/text.md' -> {name: text}, in order. A NAME=FILE entry adds a variant
+    whose text is that file's."""
+    from xlang.errors import XlangError
+
+    out: dict[str, str] = {}
+    for item in [x.strip() for x in (spec or "base").split(",") if x.strip()]:
+        name, _, path = item.partition("=")
+        name = name.strip()
+        if path:
+            file = Path(path.strip()).expanduser()
+            if not file.is_file():
+                raise XlangError(f"prompt variant '{name}': no such file {file}")
+            out[name] = file.read_text().strip()
+        elif name in PROMPT_VARIANTS:
+            out[name] = PROMPT_VARIANTS[name]
+        else:
+            raise XlangError(f"unknown prompt variant '{name}' (built in: {', '.join(PROMPT_VARIANTS)}; "
+                             "or NAME=FILE for your own text)")
+    return out or {"base": ""}
+
+
+def with_variant(first_user: str, variant_text: str) -> str:
+    return f"{first_user}\n\n{variant_text}" if variant_text else first_user
+
+
+def build_messages(first_user: str, history: list[dict], context: str = "trimmed") -> list[dict]:
+    """history: earlier turns in order, each {turn_idx, reply, feedback, category}; context: a CONTEXT_POLICIES."""
+    if context not in CONTEXT_POLICIES:
+        raise ValueError(f"unknown context policy '{context}' (known: {', '.join(CONTEXT_POLICIES)})")
+    system = {"role": "system", "content": SYSTEM}
+    if context == "single-user":
+        text = first_user
+        if history:
+            last = history[-1]
+            text += (f"\n\n## Your previous reply (turn {last['turn_idx']})\n\n{last.get('reply') or '(empty reply)'}"
+                     f"\n\n## Its result\n\n{last.get('feedback') or ''}")
+        return [system, {"role": "user", "content": text}]
+    messages = [system, {"role": "user", "content": first_user}]
+    shown = history[-1:] if context == "latest-pair" else history
+    for i, h in enumerate(shown):
+        keep = context != "trimmed" or i >= len(shown) - KEEP_FULL_REPLIES
         messages.append({"role": "assistant",
                          "content": (h.get("reply") or "(empty reply)") if keep else stub_reply(h["turn_idx"],
                                                                                               h.get("category"))})

@@ -98,43 +98,73 @@ class Judgement:
     eval_seconds: float = 0.0
 
 
+def _fields(verdict: V.Verdict, **values) -> V.Verdict:
+    """Set the verdict's scoring fields (compiled, census_ok, ...) that this Verdict has."""
+    for name, value in values.items():
+        if name in V.Verdict.__dataclass_fields__:
+            setattr(verdict, name, value)
+    return verdict
+
+
 def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime, workdir: Path,
           no_code_note: str = "", options: dict | None = None) -> Judgement:
-    """Category order as in xlang.verdict: no_code -> compile_error -> forbidden_call -> missing_instructions ->
-    (runtime: the profiler's verdict) | static_ok."""
+    """Category order as in xlang.verdict (STAGE_ORDER): no_code -> forbidden_call (static screen) ->
+    compile_error -> (runtime: the profiler's verdict) | missing_instructions | static_ok.
+
+    Every candidate that compiles (and passes the static screen) goes to the runtime when one is available,
+    whatever its census says: correctness is measured for it, and the census is the verdict's own field
+    (a candidate correct without the required families is correct, but not correct with the target
+    instructions). Without a runtime, a census that lacks required families gives missing_instructions.
+    Each verdict records the toolchain it was made with (fingerprint.toolchain) and its build carries the
+    registers and spills of each kernel (build.resources)."""
+    from xlang.agent.buildinfo import kernel_resources, toolchain_versions
     from xlang.backend import build_candidate, get_backend
 
     base = dict(lang=lang, task=task.name, arch=arch.name, shape=dict(shape), runtime_note=runtime.note)
     if code is None:
-        return Judgement(V.Verdict(V.NO_CODE, detail=no_code_note or "no code block found", **base), None)
+        return Judgement(_fields(V.Verdict(V.NO_CODE, detail=no_code_note or "no code block found", **base),
+                                 compiled=False), None)
     backend = get_backend(lang)
+    reasons = backend.screen(code)
+    if reasons:
+        return Judgement(V.Verdict(V.FORBIDDEN_CALL, detail="; ".join(reasons), **base), None)
     start = time.monotonic()
     build = build_candidate(code, lang, task, arch, shape, workdir=workdir)
     build_s = time.monotonic() - start
     bd = build.to_dict()
+    base["fingerprint"] = {"toolchain": toolchain_versions()}
     if not build.ok:
-        return Judgement(V.Verdict(V.COMPILE_ERROR, detail=build.error or "the build failed", build=bd, **base),
-                         build, build_s)
-    reasons = backend.screen(code)
-    if reasons:
-        return Judgement(V.Verdict(V.FORBIDDEN_CALL, detail="; ".join(reasons), build=bd, **base), build, build_s)
+        return Judgement(_fields(V.Verdict(V.COMPILE_ERROR, detail=build.error or "the build failed", build=bd,
+                                           **base), compiled=False), build, build_s)
+    try:
+        bd["resources"] = kernel_resources(bd)
+    except Exception:  # noqa: BLE001 - a missing register count never fails a judgement
+        bd["resources"] = []
     census = build.census
-    if census is not None and census.missing:
-        detail = (f"Missing: {', '.join(census.missing)}"
-                  + (f" (present: {', '.join(census.present)})" if census.present else "") + ".")
-        return Judgement(V.Verdict(V.MISSING_INSTRUCTIONS, detail=detail, build=bd, **base), build, build_s)
+    missing = census is not None and bool(census.missing)
+    census_ok = None if census is None else not missing
+    missing_detail = (f"Missing: {', '.join(census.missing)}"
+                      + (f" (present: {', '.join(census.present)})" if census.present else "") + ".") if missing else ""
     if not runtime.available:
-        return Judgement(V.Verdict(V.STATIC_OK, detail=f"compiled for {arch.sm}; required families present",
-                                   build=bd, **base), build, build_s)
+        category, detail = ((V.MISSING_INSTRUCTIONS, missing_detail) if missing else
+                            (V.STATIC_OK, f"compiled for {arch.sm}; required families present"))
+        return Judgement(_fields(V.Verdict(category, detail=detail, build=bd, **base), compiled=True,
+                                 census_ok=census_ok), build, build_s)
     start = time.monotonic()
     try:
         verdict = runtime.evaluate(code, build, lang, task, arch, shape, dict(options or {}))
         if isinstance(verdict, dict):
             verdict = V.Verdict.from_dict(verdict)
     except Exception as e:  # noqa: BLE001 - the evaluator's failure is ours, not the candidate's
-        verdict = V.Verdict(V.STATIC_OK, detail=f"compiled for {arch.sm}; required families present", build=bd,
-                            **{**base, "runtime_note": f"not run (the {runtime.name} profiler failed: "
-                                                       f"{type(e).__name__}: {e})"})
+        note = f"not run (the {runtime.name} profiler failed: {type(e).__name__}: {e})"
+        category, detail = ((V.MISSING_INSTRUCTIONS, missing_detail) if missing else
+                            (V.STATIC_OK, f"compiled for {arch.sm}; required families present"))
+        verdict = _fields(V.Verdict(category, detail=detail, build=bd, **{**base, "runtime_note": note}),
+                          compiled=True, census_ok=census_ok)
     if verdict.build is None:
         verdict.build = bd
+    elif "resources" not in verdict.build:
+        verdict.build = {**verdict.build, "resources": bd["resources"]}
+    verdict.fingerprint = {**(verdict.fingerprint or {})}
+    verdict.fingerprint.setdefault("toolchain", toolchain_versions())
     return Judgement(verdict, build, build_s, time.monotonic() - start)
