@@ -349,6 +349,16 @@ GPU_CHILD = textwrap.dedent("""
     x = torch.ones(4096, device="cuda")       # 4: a Triton kernel: its module must carry the cubin's hash
     k = xlang_observer_probe[(4,)](x, 4096, BLOCK=1024)
     step({"cubin_sha256": hashlib.sha256(k.asm["cubin"]).hexdigest()})
+    s = torch.cuda.Stream()                   # 5: a captured launch runs nothing; its replay runs in a graph
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        x.mul_(1.5)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        x.mul_(1.5)
+    g.replay()
+    step()
 """)
 
 
@@ -388,6 +398,11 @@ def test_gpu_observer_sees_matmul_side_stream_and_module_hashes(library):
         assert tri[0].module == info["cubin_sha256"], "kernel not attributed to the module Triton compiled"
         assert info["cubin_sha256"] in o.modules
         assert o.last_end.launches >= 1 and o.last_end.kernels >= 1
+
+        proc.stdin.write("\n"); proc.stdin.flush()
+        step()
+        graphed = kernels(o.flush(30.0))  # a captured launch must not count as a missing kernel record
+        assert any(k.graph_id != 0 for k in graphed), "the graph replay's kernel was not recorded"
         proc.stdin.write("\n"); proc.stdin.flush()
     finally:
         _stop(o, proc)
