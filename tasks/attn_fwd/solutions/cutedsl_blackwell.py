@@ -20,7 +20,8 @@ Design, top-down
   * Warp roles (192 threads, no register reallocation needed at this size):
       - warp 5, loader: TMA of the Q tile once, then per key block a K tile and a V tile into two
         STAGES-deep smem rings (full barrier = TMA bytes, empty barrier = tcgen05.commit).
-      - warp 4, MMA issuer (one thread issues tcgen05.mma, kind::f16, M = 128):
+      - warp 4, MMA issuer (the whole warp calls cute.gemm, warp-uniform; the compiler elects the one
+        thread that issues tcgen05.mma, kind::f16, M = 128):
             S[j] = Q K[j]^T   (SS: both operands from smem, K-major)      -> TMEM S buffer j % 2
             O   += P[j] V[j]  (TS: P from TMEM, V from smem, MN-major)    -> TMEM O
         in the order S0, S1, then per block j: O += P[j] V[j], S[j+2]. So the tensor core computes
@@ -53,12 +54,12 @@ import math
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cuda.bindings import driver as cuda_driver
 from cutlass._mlir.dialects import nvvm
-from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.cute.runtime import from_dlpack, make_fake_stream
 from cutlass.utils.layout import LayoutEnum
 
@@ -210,7 +211,7 @@ def _attn_kernel(
     )
     tmem_sync = pipeline.NamedBarrier(barrier_id=TMEM_BARRIER_ID, num_threads=SOFTMAX_THREADS + 32)
     epi_sync = pipeline.NamedBarrier(barrier_id=EPI_BARRIER_ID, num_threads=SOFTMAX_THREADS)
-    tmem = utils.TmemAllocator(tmem_slot, barrier_for_retrieve=tmem_sync, allocator_warp_id=0)
+    tmem = cutlass.memory.TmemAllocator(tmem_slot, barrier_for_retrieve=tmem_sync, allocator_warp_id=0)
 
     # ------------------------------------------------------------------ MMA views (1-CTA MMA: slice 0)
     qk = mma_qk.get_slice(0)
@@ -487,11 +488,11 @@ def _attn_host(
     head_dim = cute.size(q, mode=[2])        # static
     # S = Q K^T: M = query rows, N = keys, K = head dim; both operands K-major (D contiguous).
     mma_qk = sm100_utils.make_trivial_tiled_mma(
-        AB, AB, tcgen05.OperandMajorMode.K, tcgen05.OperandMajorMode.K, ACC, tcgen05.CtaGroup.ONE, (BM, BN)
+        AB, AB, OperandMajorMode.K, OperandMajorMode.K, ACC, tcgen05.CtaGroup.ONE, (BM, BN)
     )
     # O = P V: M = query rows, N = head dim, K = keys; A (P) from TMEM, B (V) MN-major (D contiguous).
     mma_pv = sm100_utils.make_trivial_tiled_mma(
-        AB, AB, tcgen05.OperandMajorMode.K, tcgen05.OperandMajorMode.MN, ACC, tcgen05.CtaGroup.ONE, (BM, dp),
+        AB, AB, OperandMajorMode.K, OperandMajorMode.MN, ACC, tcgen05.CtaGroup.ONE, (BM, dp),
         tcgen05.OperandSource.TMEM,
     )
     qk_tiler = (BM, BN, dp)

@@ -7,24 +7,29 @@ Design (one CTA per SM, persistent, 6 warps):
   * warp 5, loader: walks this CTA's 128 x 256 tiles (grouped along M for L2 reuse) and their
     64-wide k-tiles, and TMA-loads A (128 x 64) and B (256 x 64) into a STAGES-deep ring of
     swizzled shared-memory slots (full mbarrier = TMA bytes, empty mbarrier = tcgen05.commit).
-  * warp 4, MMA issuer: one thread issues tcgen05.mma 128x256x16 (kind::f16) from the two smem
-    descriptors into a tensor-memory accumulator. The accumulator is double-buffered in TMEM
+  * warp 4, MMA issuer: the whole warp calls cute.gemm (warp-uniform, as the DSL 4.8.1 docstring
+    requires; the compiler elects the one thread that issues tcgen05.mma 128x256x16, kind::f16)
+    from the two smem descriptors into a tensor-memory accumulator. The accumulator is double-buffered in TMEM
     (2 x 256 columns = all 512), so the next tile's MMAs run while the epilogue drains the last.
     tcgen05.commit hands smem slots back to the loader and finished accumulators to the epilogue.
   * warps 0-3, epilogue: warp w owns TMEM lanes 32w..32w+31 (rows of the tile). Per 128 x 32
     piece: tcgen05.ld -> registers -> bf16 -> swizzled smem -> TMA store issued by warp 0, with
     EPI_STAGES pieces in flight. The TMEM buffer is released to the MMA warp after the last piece.
   * Warp 0 allocates the 512 TMEM columns at start and frees them at the end.
+  * tcgen05 ordering follows arch_docs/b200/contracts.md: every wait that precedes tcgen05 work is
+    followed by tcgen05.fence::after_thread_sync, every hand-off of TMEM is preceded by
+    tcgen05.wait::ld and tcgen05.fence::before_thread_sync (the fences emit no SASS; they order).
 Single-CTA MMA (no 2-CTA pairs, no clusters / multicast): see NOTES_cutedsl.md for what is left.
 """
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cuda.bindings import driver as cuda_driver
-from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass._mlir.dialects import nvvm
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.cute.runtime import from_dlpack, make_fake_stream
 from cutlass.utils.layout import LayoutEnum
 
@@ -42,6 +47,16 @@ AB = cutlass.BFloat16
 ACC = cutlass.Float32
 OUT = cutlass.BFloat16
 B200_SMS = 148
+
+
+@cute.jit
+def _fence_after_sync():
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.AFTER_THREAD_SYNC)
+
+
+@cute.jit
+def _fence_before_sync():
+    nvvm.tcgen05_fence(nvvm.Tcgen05FenceKind.BEFORE_THREAD_SYNC)
 
 
 @cute.jit
@@ -105,7 +120,7 @@ def _gemm_kernel(
     )
     tmem_sync = pipeline.NamedBarrier(barrier_id=1, num_threads=32 * (EPI_WARPS + 1))
     epi_sync = pipeline.NamedBarrier(barrier_id=2, num_threads=32 * EPI_WARPS)
-    tmem = utils.TmemAllocator(tmem_slot, barrier_for_retrieve=tmem_sync, allocator_warp_id=0)
+    tmem = cutlass.memory.TmemAllocator(tmem_slot, barrier_for_retrieve=tmem_sync, allocator_warp_id=0)
 
     gA = cute.local_tile(tA, (BM, BK), (None, None))   # (BM, BK, m_tiles, k_tiles)
     gB = cute.local_tile(tB, (BN, BK), (None, None))   # (BN, BK, n_tiles, k_tiles)
@@ -145,12 +160,14 @@ def _gemm_kernel(
     if warp_id == MMA_WARP:
         # ------------------------------------------------------------------ tcgen05 issuer
         tmem.wait_for_alloc()
+        _fence_after_sync()
         acc_all = cute.make_tensor(tmem.retrieve_ptr(ACC), acc_layout)
         get = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, STAGES)
         out = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
         for t in cutlass.range(cta, n_work, n_cta, unroll=1):
             acc = acc_all[(None, None, None, out.index)]
             accs.producer_acquire(out)              # epilogue has drained this TMEM buffer
+            _fence_after_sync()
             mma.set(tcgen05.Field.ACCUMULATE, False)
             for kt in cutlass.range(k_tiles, unroll=1):
                 ring.consumer_wait(get)
@@ -166,7 +183,9 @@ def _gemm_kernel(
     if warp_id < EPI_WARPS:
         # ------------------------------------------------------------------ epilogue
         tmem.allocate(TMEM_COLS)
+        _fence_before_sync()
         tmem.wait_for_alloc()
+        _fence_after_sync()
         acc_ptr = tmem.retrieve_ptr(ACC)
         acc_all = cute.make_tensor(acc_ptr, acc_layout)
 
@@ -200,6 +219,7 @@ def _gemm_kernel(
                 tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.group_modes(c_tile, 0, 2)
             )
             accs.consumer_wait(take)
+            _fence_after_sync()
             for p in cutlass.range_constexpr(pieces):
                 cute.copy(t2r, t_src[(None, None, None, 0, p, take.index)], r_acc)   # tcgen05.ld
                 r_out.store(r_acc.load().to(OUT))
@@ -212,13 +232,17 @@ def _gemm_kernel(
                     stores.producer_commit()
                     stores.producer_acquire()
                 epi_sync.arrive_and_wait()
+            cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: this warp's loads are done
+            _fence_before_sync()
             with cute.arch.elect_one():
                 accs.consumer_release(take)        # TMEM buffer may be overwritten
             take.advance()
             done += 1
         stores.producer_tail()
+        _fence_before_sync()
         epi_sync.arrive_and_wait()
         if warp_id == 0:
+            _fence_after_sync()
             tmem.relinquish_alloc_permit()
             tmem.free(acc_ptr)
 
@@ -226,7 +250,7 @@ def _gemm_kernel(
 @cute.jit
 def _gemm_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, n_cta: cutlass.Int32, stream: cuda_driver.CUstream):
     mma = sm100_utils.make_trivial_tiled_mma(
-        AB, AB, tcgen05.OperandMajorMode.K, tcgen05.OperandMajorMode.K, ACC, tcgen05.CtaGroup.ONE, (BM, BN)
+        AB, AB, OperandMajorMode.K, OperandMajorMode.K, ACC, tcgen05.CtaGroup.ONE, (BM, BN)
     )
     tiler = (BM, BN, BK)
     a_lay = sm100_utils.make_smem_layout_a(mma, tiler, AB, STAGES)
