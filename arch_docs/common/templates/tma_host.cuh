@@ -38,9 +38,14 @@ inline EncodeTiledFn get_encode_tiled() {
 // General tiled map. dims / box are innermost-first; strides_bytes has rank-1
 // entries (the byte distance between consecutive indices of dims 1..rank-1),
 // each a multiple of 16; the base address must be 16-byte aligned (32 for
-// interleaved layouts). box[i] <= 256; with a swizzle, box[0]*elem_bytes must be
-// <= the swizzle span (32/64/128 bytes). Out-of-range elements of a load box are
+// interleaved layouts). box[i] <= 256; box[0]*elem_bytes a multiple of 16; with a
+// swizzle, box[0]*elem_bytes must be <= the swizzle span (32/64/128 bytes) (CUDA 13.0
+// cuda.h, cuTensorMapEncodeTiled requirements). Out-of-range elements of a load box are
 // filled with zero (FLOAT_OOB_FILL_NONE) and still counted in the tx bytes.
+// Choices fixed here: L2 promotion 256B (a fetch-granularity hint, correctness-neutral);
+// swizzle is the caller's: SWIZZLE_128B pairs with the MMA descriptors' 128B mode
+// (wgmma code 1, tcgen05 code 2); CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B pairs with tcgen05
+// code 1 (128B with 32-byte atoms), which Hopper lacks.
 inline CUresult make_tmap(CUtensorMap* map, CUtensorMapDataType dtype, uint32_t rank,
                           const void* base, const uint64_t* dims,
                           const uint64_t* strides_bytes, const uint32_t* box,
