@@ -183,8 +183,10 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
 
     try:
         return connect("mode=ro")
-    except sqlite3.OperationalError as e:
+    except sqlite3.OperationalError as e:  # cannot open (e.g. no -shm on read-only media): try immutable
         first = e
+    except sqlite3.DatabaseError as e:  # opened, but not an SQLite database (garbage, truncated)
+        raise StoreError(_not_a_store(path, e)) from None
     wal = Path(f"{path}-wal")
     if wal.is_file() and wal.stat().st_size > 0:
         raise StoreError(f"cannot read {path}: {_reason(first)}; its write-ahead log {wal.name} holds commits that "
