@@ -48,7 +48,7 @@ def test_report_renders_in_chromium(tmp_path):
     total = re.search(r'data-plots-total="(\d+)"', dom.stdout)
     rendered = re.search(r'data-plots-rendered="(\d+)"', dom.stdout)
     assert total and rendered, "the page's load script did not run"
-    assert int(total.group(1)) == 3 and int(rendered.group(1)) == 3, "a plot image did not decode"
+    assert int(total.group(1)) == 6 and int(rendered.group(1)) == 6, "a plot image did not decode"
     assert "Blackwell runtime was not run" in dom.stdout
     assert 'id="main-table"' in dom.stdout
 

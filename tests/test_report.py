@@ -29,6 +29,9 @@ def test_cell_stats_follow_ptxbench(ds):
     assert t.n == 2 and t.runtime_ran and t.n_runtime == 2
     assert t.correctness_rate == 1.0 and t.correct_with_arch_rate == 1.0
     assert t.best_speedup == pytest.approx(1.1) and t.n_speedup == 2
+    assert t.best_speedup_correct == pytest.approx(1.1) and t.n_speedup_correct == 2
+    # 2/2: the Wilson interval of 2 successes in 2 (z = 1.96) is [0.342, 1].
+    assert t.correctness_lo == pytest.approx(0.3424, abs=1e-3) and t.correctness_hi == 1.0
     assert t.compile_rate == 1.0 and t.static_rate == 1.0
     c = _cell(stats, "gemm", "h100", "cuda_ptx")
     assert c.correctness_rate == 0.0 and c.n_speedup == 0 and math.isnan(c.best_speedup)
@@ -42,30 +45,33 @@ def test_cell_stats_follow_ptxbench(ds):
 
 
 def test_turn_limits(ds):
-    # Within 1 turn: sample 1 was correct (not_executed) but without the arch instructions; nothing else.
+    # Within 1 turn: sample 1 was correct (not_executed) but without the arch instructions; nothing else. Its
+    # speedup counts among all correct candidates, not among those correct with the target instructions.
     one = tables.cell_stats(ds, limit=1)
     t = _cell(one, "gemm", "h100", "triton")
-    assert t.correctness_rate == 0.5 and t.correct_with_arch_rate == 0.0 and t.best_speedup == 0.5
+    assert t.correctness_rate == 0.5 and t.correct_with_arch_rate == 0.0
+    assert math.isnan(t.best_speedup) and t.n_speedup == 0
+    assert t.best_speedup_correct == 0.5 and t.n_speedup_correct == 1
     four = _cell(tables.cell_stats(ds, limit=4), "gemm", "h100", "triton")
     assert four.correct_with_arch_rate == 0.5
     table = tables.turn_limit_table(ds)
-    row = table[(table.arch == "h100") & (table.lang == "triton")].set_index("turn_limit")
+    row = table[(table.arch == "h100") & (table.lang == "triton")].set_index("turns")
     assert list(row.index) == [1, 4, 8]
     assert list(row.correct_with_arch_rate) == [0.0, 0.5, 1.0]
     # b200 runs had a turn limit of 1: they speak for limit 1 only, and with no runtime.
     b = table[table.arch == "b200"]
-    assert set(b.turn_limit) == {1} and (b.n_runtime == 0).all()
+    assert set(b.turns) == {1} and (b.n_runtime == 0).all()
 
 
 def test_display_says_missing_and_not_run(ds):
     display = tables.format_cells(tables.cell_stats(ds))
     row = display[(display.task == "gemm") & (display.arch == "b200") & (display.lang == "triton")].iloc[0]
-    assert row["correct"] == NOT_RUN and row["best speedup"] == NOT_RUN
-    assert row["arch instructions (static)"] == "100% (1/1)"
+    assert row["correct"] == NOT_RUN and row[tables.COL_SPEED] == NOT_RUN and row[tables.COL_SPEED_ALL] == NOT_RUN
+    assert row[tables.COL_STATIC] == "100% (1/1)"
     missing = display[(display.task == "attn_fwd") & (display.lang == "cuda_ptx")].iloc[0]
     assert set(missing.drop(["task", "arch", "lang", "n"])) == {"missing"}
     t = display[(display.task == "gemm") & (display.arch == "h100") & (display.lang == "triton")].iloc[0]
-    assert t["correct"] == "100% (2/2)" and t["best speedup"] == "1.10× (n=2)"
+    assert t["correct"] == "100% (2/2) [34–100%]" and t[tables.COL_SPEED].startswith("1.10× (2/2) [")
     # Order: task, then arch in registry order (h100 before b200), then language (triton, cuda_ptx, cutedsl).
     gemm = display[display.task == "gemm"]
     assert list(zip(gemm.arch, gemm.lang)) == [("h100", "triton"), ("h100", "cuda_ptx"), ("b200", "triton"),
@@ -97,16 +103,21 @@ def test_write_report_files(ds, tmp_path):
     rep = write_report(ds, tmp_path / "out")
     html = rep.index.read_text()
     assert "Blackwell runtime was not run" in html and "not run (no sm_100a device)" in html
-    assert html.count('class="plot"') == 3 and "test-box" in html and "NVIDIA H200" in html
+    assert html.count('class="plot"') == 6 and "test-box" in html and "NVIDIA H200" in html
+    for name in ("main", "cells", "turn_limits", "docs", "lang_arch", "shapes", "errors", "transitions", "tokens",
+                 "cost"):
+        assert f'id="{name}-table"' in html, name
     md = rep.markdown.read_text()
     assert "| gemm | b200 | triton | 1 |" in md and "Blackwell runtime was not run" in md
     for p in rep.plots:
         assert p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+    cells = pd.read_csv(tmp_path / "out" / "data" / "cells.csv")
+    assert len(cells) == len(tables.cell_stats(ds))
     main = pd.read_csv(tmp_path / "out" / "data" / "main.csv")
-    assert len(main) == len(tables.cell_stats(ds))
+    assert len(main) == len(tables.main_table(ds))
     names = {p.stem for p in rep.csv}
-    assert {"main", "main_display", "turn_limits", "instruction_mix", "not_run", "environment", "runs",
-            "turns"} <= names
+    assert {"main", "main_display", "cells", "turn_limits", "docs", "lang_arch", "shapes", "errors", "transitions",
+            "tokens", "cost", "instruction_mix", "not_run", "environment", "runs", "turns"} <= names
     if parquet_engine():
         assert {p.stem for p in rep.parquet} == names
         assert len(pd.read_parquet(tmp_path / "out" / "data" / "turns.parquet")) == len(ds.turns)

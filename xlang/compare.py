@@ -41,6 +41,9 @@ class CompareConfig:
     max_cost: float | None = None
     temperature: float | None = None
     max_tokens: int | None = None
+    prompt_variants: str | None = None  # the agent loop's options (xlang.agent.loop.RunConfig)
+    context: str = "trimmed"
+    target_speedup: float | None = None
 
 
 @dataclass
@@ -93,6 +96,10 @@ def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
     key = {"task": task, "lang": lang, "arch": arch, "model": cfg.model, "turns": cfg.turns, "samples": cfg.samples,
            "docs": cfg.docs, "shape": task_shape(cfg, task), "seed": cfg.seed,
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+    # The loop's options name a different run only when set (so stores made before them still resume).
+    for name, default in (("prompt_variants", None), ("context", "trimmed"), ("target_speedup", None)):
+        if getattr(cfg, name) != default:
+            key[name] = getattr(cfg, name)
     if cfg.model == "reference":  # a new or changed expert solution is a new cell run; a missing one is re-checked
         key["solution"] = _solution_digest(task, lang, arch)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
@@ -138,6 +145,11 @@ def validate(cfg: CompareConfig) -> CompareConfig:
 
     if cfg.docs not in DOCS_LEVELS:
         raise XlangError(f"unknown docs level '{cfg.docs}' (known: {', '.join(DOCS_LEVELS)})")
+    from xlang.agent.prompt import CONTEXT_POLICIES, parse_prompt_variants
+
+    if cfg.context not in CONTEXT_POLICIES:
+        raise XlangError(f"unknown context policy '{cfg.context}' (known: {', '.join(CONTEXT_POLICIES)})")
+    parse_prompt_variants(cfg.prompt_variants)  # unknown names and missing files: before any work
     return cfg
 
 
@@ -191,7 +203,8 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
     rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, model=cfg.model, turns=cfg.turns,
                    samples=cfg.samples, docs=cfg.docs, profiler=cfg.profiler, store=cfg.store,
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
-                   temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id)
+                   temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
+                   prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup)
     return run(rc, on_turn)
 
 
@@ -267,8 +280,8 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
     return CompareResult(outcomes, dataset, stats, time.monotonic() - start)
 
 
-SHORT_HEADERS = {"arch instructions (static)": "arch instr. (static)",
-                 "correct with arch instructions": "correct + arch instr."}
+SHORT_HEADERS = {"target instr. in SASS": "in SASS", "correct with target instr.": "correct + target",
+                 "best speedup (correct with target)": "best× target", "best speedup (all correct)": "best× all"}
 
 
 def print_table(result: CompareResult, console, title: str = "") -> None:
@@ -294,7 +307,7 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
     table = Table(title=title or "xlang compare", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
                   show_edge=False)
     for col in display.columns:
-        table.add_column(SHORT_HEADERS.get(col, col), justify="right" if col in ("n", "best speedup") else "left",
+        table.add_column(SHORT_HEADERS.get(col, col), justify="right" if col == "n" or "speedup" in col else "left",
                          no_wrap=col in ("task", "arch", "lang"))
     last = None
     for _, row in display.iterrows():

@@ -42,6 +42,14 @@ def compare_command(
                                              help="most tokens per reply (default: the provider's)"),
     report: Optional[Path] = typer.Option(None, help="also write the report of this compare to this folder"),
     as_json: bool = typer.Option(False, "--json", help="print the cells and the table as JSON at the end"),
+    prompt_variants: Optional[str] = typer.Option(
+        None, "--prompt-variants", help="named prompt variants, one per sample in turn: base, plan, terse, or "
+                                        "NAME=FILE (default: base)"),
+    context: str = typer.Option("trimmed", "--context", help="what each prompt keeps of earlier turns: trimmed | "
+                                                             "full | latest-pair | single-user"),
+    target_speedup: Optional[float] = typer.Option(None, "--target-speedup",
+                                                   help="stop a sample once a candidate correct with the target "
+                                                        "instructions reaches this speedup"),
 ):
     """Run the language × architecture matrix (resumable) and print the main table."""
     from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
@@ -53,7 +61,8 @@ def compare_command(
     cfg = CompareConfig(archs=split_list(arch), langs=split_list(langs), tasks=split_list(tasks) or None,
                         model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
                         profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
-                        max_cost=max_cost, temperature=temperature, max_tokens=max_tokens)
+                        max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
+                        prompt_variants=prompt_variants, context=context, target_speedup=target_speedup)
     result = run_compare(cfg, console)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
                                        f"samples {cfg.samples} · docs {cfg.docs}")
@@ -82,23 +91,54 @@ def report_command(
                                                    "$XLANG_STORE); opened read-only, never changed"),
     out: Optional[Path] = typer.Option(None, help="output folder (default: report-<store name> beside the store)"),
     title: Optional[str] = typer.Option(None, help="the report's title"),
+    where: Optional[str] = typer.Option(None, "--where", help="only these runs, e.g. model=openai/gpt-5,docs=params "
+                                                              "(AXIS=VALUE pairs; a|b for either)"),
+    by: Optional[str] = typer.Option(None, "--by", help="also a table grouped by these axes, printed and written "
+                                                        "(data/custom.csv): any of task, arch, lang, model, docs, "
+                                                        "prompt_variant, context, shape, D, gqa, turns_limit, turns"),
+    turn_limits: str = typer.Option("1,4,8", "--turn-limits", help="the turn limits of the main and turn tables"),
+    model: Optional[str] = typer.Option(None, "--model", help="the model of the language × architecture table "
+                                                              "(default: the one with the most samples)"),
 ):
-    """Write index.html (tables and plots), report.md and CSV/Parquet of every table from a results store."""
+    """Write every table of the article (index.html with plots, report.md, CSV/Parquet) from a results store."""
     from xlang.errors import XlangError
     from xlang.report import source, tables, write_report
+    from xlang.report.data import parse_axes, parse_where
     from xlang.store import default_store
     from xlang.terminal import make_console
 
     console = make_console()
     store = store or default_store()
     out = out or Path(store).parent / f"report-{Path(store).stem}"
-    ds = source.load(store)
+    filters = parse_where(where)
+    axes = parse_axes(by)
     try:
-        rep = write_report(ds, out, title)
+        limits = tuple(sorted({int(x) for x in turn_limits.split(",") if x.strip()}))
+    except ValueError:
+        limits = ()
+    if not limits or min(limits) < 1:
+        raise XlangError(f"--turn-limits '{turn_limits}': expected positive integers, e.g. 1,4,8")
+    ds = source.load(store).filter(filters)
+    if model is not None and not (ds.runs["model"] == model).any():
+        known = ", ".join(sorted(ds.runs["model"].unique())) or "none"
+        raise XlangError(f"--model {model}: no run of that model in {store} (models: {known})")
+    try:
+        rep = write_report(ds, out, title, limits=limits, model=model, by=axes or None, where=filters)
     except OSError as e:
         raise XlangError(f"cannot write the report to {out}: {e.strerror or e}"
                          + (f" ({e.filename})" if e.filename and str(e.filename) != str(out) else "")) from None
-    console.print(f"{len(ds.runs)} sample runs, {len(ds.turns)} candidates from {store}", highlight=False)
+    console.print(f"{len(ds.runs)} sample runs, {len(ds.turns)} candidates from {store}"
+                  + (f" (filter {where})" if filters else ""), highlight=False)
+    if axes:
+        from rich.table import Table
+
+        display = rep.tables["custom_display"]
+        table = Table(title=f"by {', '.join(axes)}", header_style="bold")
+        for col in display.columns:
+            table.add_column(str(col), overflow="fold")
+        for row in display.itertuples(index=False):
+            table.add_row(*[str(v) for v in row])
+        console.print(table)
     for line in tables.runtime_banners(ds):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
     console.print(f"wrote {rep.index}, {rep.markdown}, {len(rep.plots)} plots, {len(rep.csv)} CSV"

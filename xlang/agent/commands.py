@@ -39,6 +39,14 @@ def run_command(
                                              help="most tokens per reply (default: the provider's)"),
     seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="name the run; an existing one is resumed"),
+    prompt_variants: Optional[str] = typer.Option(
+        None, "--prompt-variants", help="named prompt variants, one per sample in turn: base, plan, terse, or "
+                                        "NAME=FILE (default: base)"),
+    context: str = typer.Option("trimmed", "--context", help="what each prompt keeps of earlier turns: trimmed | "
+                                                             "full | latest-pair | single-user"),
+    target_speedup: Optional[float] = typer.Option(None, "--target-speedup",
+                                                   help="stop a sample once a candidate correct with the target "
+                                                        "instructions reaches this speedup"),
 ):
     """Run the agent loop: a model writes the task's kernel in a language for an architecture, turn by turn."""
 
@@ -54,7 +62,8 @@ def run_command(
     cfg = RunConfig(task=task, lang=lang, arch=arch, model=model, turns=turns, samples=samples, docs=docs,
                     profiler=profiler, store=store or default_store(),
                     max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),
-                    temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id)
+                    temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id,
+                    prompt_variants=prompt_variants, context=context, target_speedup=target_speedup)
 
     def on_turn(e):
         detail = (e.error or e.detail or "").strip().splitlines()

@@ -1,8 +1,13 @@
-"""Reports: the language × architecture tables (pandas), plots (matplotlib), index.html (Jinja2), report.md,
-and CSV (and Parquet where pyarrow or fastparquet is installed) of every table.
+"""Reports: every table of the PTXBench article from one store (pandas), plots (matplotlib), index.html
+(Jinja2), report.md, and CSV (and Parquet where pyarrow or fastparquet is installed) of every table.
 
-    write_report(dataset, out_dir) -> Report        # dataset: xlang.report.data.Dataset
-    load(store_path) -> Dataset                     # xlang.report.source: the SQLite results store
+    write_report(dataset, out_dir, ...) -> Report  # dataset: xlang.report.data.Dataset
+    load(store_path) -> Dataset                    # xlang.report.source: the SQLite results store
+
+The tables (SECTIONS, in order): main (model × task × arch × lang at 1, 4 and 8 turns), cells (the same at each
+run's own turn limit), turn limits (tasks pooled), docs-level ablation, language vs architecture for one model,
+head-dim / GQA generalisation, error categories per turn, turn-to-turn transitions, tokens against best speedup,
+cost; then the SASS instruction mix, what was not run, and the environment fingerprints.
 """
 
 from __future__ import annotations
@@ -18,6 +23,50 @@ import pandas as pd
 from xlang.report import plots, tables
 from xlang.report.data import Dataset
 
+# (name, title, what it shows, the `xlang report --by` grouping that gives the same figures)
+SECTIONS = [
+    ("main", "Main table: model × task × architecture × language at 1, 4 and 8 turns",
+     "Each sample counted on its first 1, 4 or 8 turns (a sample whose turn limit is shorter is left out at the "
+     "longer limits).", "--by model,task,arch,lang,turns"),
+    ("cells", "Per cell, whole trajectories",
+     "Each sample's whole trajectory, at its run's own turn limit.", "--by task,arch,lang,model"),
+    ("turn_limits", "Rates against the turn limit, per model (tasks pooled)",
+     "The tasks of a model pooled: each sample counted on its first 1, 4 or 8 turns.", "--by model,arch,lang,turns"),
+    ("docs", "Docs-level ablation",
+     "The same cells per architecture-docs level given to the model (none, params, templates, contracts).",
+     "--by model,task,arch,lang,docs"),
+    ("lang_arch", "Language vs architecture",
+     "One model (--model; default: the one with the most samples); each cell: correct / correct with the "
+     "target instructions / best speedup among candidates correct with target (n: samples whose runtime ran).",
+     "--by task,lang,arch --where model=MODEL"),
+    ("shapes", "Head-dim and GQA generalisation (attention tasks)",
+     "Attention runs per head dim D and GQA group (query heads per key/value head, H / HKV).",
+     "--by model,task,arch,lang,D,gqa"),
+    ("errors", "Error categories per turn",
+     "How many candidates ended in each category (the first failing stage) at each turn index, over the finished "
+     "samples that reached that turn.", ""),
+    ("transitions", "Turn-to-turn transitions",
+     "How often a sample's category at turn t was followed by each category at turn t+1; share: of the "
+     "transitions from that category.", ""),
+    ("tokens", "Tokens (reasoning included) against best speedup",
+     "Completion tokens include the reasoning tokens; the reasoning tokens alone where the provider reports them. "
+     "Best speedup: among candidates correct with the target instructions.", ""),
+    ("cost", "Cost",
+     "USD as litellm prices each reply (0 for models it cannot price); per sample and per sample that reached a "
+     "candidate correct with the target instructions.", ""),
+]
+TABLE_FILES = ("main", "main_display", "cells", "cells_display", "turn_limits", "docs", "lang_arch", "shapes",
+               "errors", "transitions", "tokens", "cost", "instruction_mix", "not_run", "environment", "runs", "turns")
+DEFINITIONS = (
+    "<b>correct</b>: a candidate computed the function on fresh random inputs at run time (whatever its census "
+    "says); <b>correct with target instr.</b>: and the architecture's required instruction families are in its "
+    "SASS and executed at run time; <b>best speedup (correct with target)</b>: over the vendor baseline timed the "
+    "same way, the best candidate correct with the target instructions; <b>best speedup (all correct)</b>: the "
+    "best of all correct candidates. <b>compiled</b> and <b>target instr. in SASS</b> need no GPU. A rate shows "
+    "k/n (n: samples whose runtime ran) and, where n &gt; 1, a 95% Wilson interval; a speedup shows how many "
+    "samples had a qualifying candidate and, where n &gt; 1, a 95% percentile-bootstrap interval of the best "
+    "over the samples (2000 resamples; a sample with none counts 0).")
+
 
 @dataclass
 class Report:
@@ -28,6 +77,7 @@ class Report:
     parquet: list[Path] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
     parquet_note: str = ""
+    tables: dict = field(default_factory=dict)
 
 
 def parquet_engine() -> str | None:
@@ -51,22 +101,30 @@ def _cell_class(column: str, text: str) -> str:
         return "missing"
     if text.startswith("not run"):
         return "notrun"
-    if column in ("correct", "correct with arch instructions", "compiled", "arch instructions (static)") \
-            and "%" in text:
+    if column in tables.RATE_COLUMNS and "%" in text:
         pct = float(text.split("%")[0])
         return "num " + ("good" if pct >= 75 else "mid" if pct > 0 else "bad")
-    if column in ("best speedup", "n"):
+    if column in (tables.COL_SPEED, tables.COL_SPEED_ALL, "n") or column.endswith("speedup"):
         return "num"
     return ""
 
 
-def _main_rows(display: pd.DataFrame) -> dict:
-    rows, last_task = [], None
-    for _, r in display.iterrows():
-        cells = [(str(r[c]), _cell_class(c, str(r[c]))) for c in display.columns]
-        rows.append({"cells": cells, "group": last_task is not None and r["task"] != last_task})
-        last_task = r["task"]
-    return {"columns": list(display.columns), "rows": rows}
+def _rows(display: pd.DataFrame, group: str | None = "task") -> dict:
+    rows, last = [], None
+    for r in display.to_dict("records"):
+        cells = [(_text(r[c]), _cell_class(str(c), _text(r[c]))) for c in display.columns]
+        key = r.get(group) if group else None
+        rows.append({"cells": cells, "group": last is not None and key != last})
+        last = key
+    return {"columns": [str(c) for c in display.columns], "rows": rows}
+
+
+def _text(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
 
 
 def _pct_frame(df: pd.DataFrame, cols) -> pd.DataFrame:
@@ -78,10 +136,21 @@ def _pct_frame(df: pd.DataFrame, cols) -> pd.DataFrame:
     return out
 
 
-def _html_table(df: pd.DataFrame) -> str:
-    if df.empty:
-        return ""
-    return df.to_html(index=False, border=0, escape=True, na_rep="–")
+def _counts_frame(errors: pd.DataFrame) -> pd.DataFrame:
+    """Error counts as 'k (p%)' of the turn's n."""
+    out = errors.copy()
+    for c in out.columns:
+        if c in tables.category_order(out.columns):
+            out[c] = [f"{k} ({k / n * 100:.0f}%)" if k else "–" for k, n in zip(errors[c], errors["n"])]
+    return out
+
+
+def _round_frame(df: pd.DataFrame) -> pd.DataFrame:
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype.kind == "f":
+            out[c] = out[c].map(_text)
+    return out
 
 
 def markdown_table(df: pd.DataFrame) -> str:
@@ -90,53 +159,96 @@ def markdown_table(df: pd.DataFrame) -> str:
     cols = [str(c) for c in df.columns]
 
     def esc(v) -> str:
-        return ("–" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)).replace("|", "\\|")
+        return _text(v).replace("|", "\\|")
 
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
-def compute_tables(ds: Dataset) -> dict[str, pd.DataFrame]:
-    stats = tables.cell_stats(ds)
-    return {
-        "main": stats,
-        "main_display": tables.format_cells(stats),
-        "turn_limits": tables.turn_limit_table(ds),
-        "instruction_mix": tables.instruction_mix(ds),
-        "not_run": tables.not_run(ds),
-        "environment": tables.environment_table(ds),
-        "runs": ds.runs,
-        "turns": ds.turns,
-    }
+def _keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
+    """Key columns, leaving out the model when there is only one."""
+    return [k for k in keys if k != "model" or df["model"].nunique() > 1]
 
 
-def write_report(ds: Dataset, out: Path, title: str | None = None) -> Report:
+def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = None,
+                   by: list[str] | None = None) -> dict:
+    """Every table of the report (raw frames and their display versions)."""
+    t: dict = {}
+    t["main"] = tables.main_table(ds, limits)
+    t["main_display"] = tables.format_scores(t["main"], _keys(t["main"], ["model", "task", "arch", "lang", "turns"]))
+    t["cells"] = tables.cell_stats(ds)
+    t["cells_display"] = tables.format_cells(t["cells"])
+    t["turn_limits"] = tables.turn_limit_table(ds, limits)
+    t["turn_limits_display"] = tables.format_scores(t["turn_limits"],
+                                                    _keys(t["turn_limits"], ["model", "arch", "lang", "turns"]))
+    t["docs"] = tables.docs_table(ds)
+    t["docs_display"] = tables.format_scores(t["docs"], _keys(t["docs"], ["model", "task", "arch", "lang", "docs"]))
+    t["lang_arch_model"], t["lang_arch"] = tables.lang_arch_table(ds, model)
+    t["lang_arch_display"] = t["lang_arch"]
+    t["shapes"] = tables.shape_table(ds)
+    t["shapes_display"] = tables.format_scores(t["shapes"], _keys(t["shapes"], ["model", "task", "arch", "lang", "D",
+                                                                               "gqa"]))
+    t["errors"] = tables.error_table(ds)
+    t["errors_display"] = _counts_frame(t["errors"])
+    t["transitions"] = tables.transitions_table(ds)
+    t["transitions_display"] = _pct_frame(t["transitions"], ["share"])
+    t["tokens"] = tables.tokens_table(ds)
+    t["tokens_display"] = _round_frame(_pct_frame(t["tokens"], ["correct_with_arch_rate"]))
+    t["cost"] = tables.cost_table(ds)
+    t["cost_display"] = _round_frame(t["cost"])
+    t["samples"] = tables.per_sample(ds) if not ds.empty else pd.DataFrame()
+    t["instruction_mix"] = tables.instruction_mix(ds)
+    t["not_run"] = tables.not_run(ds)
+    t["environment"] = tables.environment_table(ds)
+    t["runs"] = ds.runs
+    t["turns"] = ds.turns
+    if by:
+        t["custom"] = tables.score(ds, by, limits if "turns" in by else None)
+        keys = [*[k for k in by if k != "turns"], *(["turns"] if "turns" in by else [])]
+        t["custom_display"] = tables.format_scores(t["custom"], keys)
+    return t
+
+
+def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tables.TURN_LIMITS,
+                 model: str | None = None, by: list[str] | None = None, where: dict | None = None) -> Report:
+    """Write the report of a dataset (already filtered; `where` is only printed) to the folder `out`."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     out = Path(out)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(parents=True, exist_ok=True)
-    t = compute_tables(ds)
+    t = compute_tables(ds, limits, model, by)
     archs, langs, tasks = (ds.archs(), ds.langs(), ds.tasks()) if not ds.empty else ([], [], [])
 
     plot_files = [
-        (plots.speedup_plot(t["main"], archs, langs, tasks, out / "plots" / "best_speedup.png"),
+        (plots.speedup_plot(t["cells"], archs, langs, tasks, out / "plots" / "best_speedup.png"),
          "Best speedup per task × language × architecture",
-         "Best speedup of a correct candidate over the vendor baseline (cuBLAS / cuDNN, timed the same way); "
-         "dashed line: parity. Panels without a device say why runtime was not run."),
+         "Best speedup over the vendor baseline (cuBLAS / cuDNN, timed the same way) among candidates correct with "
+         "the target instructions; whiskers: 95% bootstrap interval over the samples; dashed line: parity. Panels "
+         "without a device say why runtime was not run."),
         (plots.turn_limit_plot(t["turn_limits"], archs, langs, out / "plots" / "turn_limit.png"),
-         "Correctness and correct-with-instructions rates against the turn limit",
-         "Share of sample runs with a correct candidate (solid) and a correct one that executed the required "
-         "instructions (dashed) within 1, 4 and 8 turns; where runtime was not run, the static census (dotted)."),
+         "Correct and correct-with-target rates against the turn limit",
+         "Share of sample runs with a correct candidate (solid) and with one correct with the target instructions "
+         "(dashed) within 1, 4 and 8 turns, tasks pooled; where runtime was not run, the static census (dotted)."),
+        (plots.error_plot(t["errors"], out / "plots" / "error_categories.png"),
+         "Verdict categories per turn",
+         "Share of the candidates at each turn index ending in each category (the first failing stage)."),
+        (plots.transitions_plot(t["transitions"], out / "plots" / "transitions.png"),
+         "Turn-to-turn transitions",
+         "Rows: the category at turn t; columns: at turn t+1; colour: share of the row; numbers: counts."),
+        (plots.tokens_plot(t["samples"], out / "plots" / "tokens_vs_speedup.png"),
+         "Tokens against best speedup",
+         "One point per sample: its completion tokens (reasoning included) and its best speedup among candidates "
+         "correct with the target instructions (0: none)."),
         (plots.mix_plot(t["instruction_mix"], out / "plots" / "instruction_mix.png"),
          "SASS instruction mix per language",
          "Static SASS census of each run's best compiled candidate, per language and architecture."),
     ]
 
     engine = parquet_engine()
-    report = Report(out, out / "index.html", out / "report.md", plots=[p for p, _, _ in plot_files])
-    for name in ("main", "main_display", "turn_limits", "instruction_mix", "not_run", "environment", "runs", "turns"):
+    report = Report(out, out / "index.html", out / "report.md", plots=[p for p, _, _ in plot_files], tables=t)
+    for name in [*TABLE_FILES, *(["custom"] if by else [])]:
         df = t[name]
         path = out / "data" / f"{name}.csv"
         df.to_csv(path, index=False)
@@ -151,14 +263,14 @@ def write_report(ds: Dataset, out: Path, title: str | None = None) -> Report:
                            "(pip install pyarrow, then run xlang report again); the CSV files hold the same tables.")
 
     banners = tables.runtime_banners(ds)
-    stats = t["main"]
+    stats = t["cells"]
     done = ds.runs[ds.runs["status"] == "done"] if not ds.empty else ds.runs
     n_missing = int((ds.runs["status"] == "missing").sum()) if not ds.empty else 0
     summary = [
         ("sample runs finished" + (f" ({n_missing} more missing)" if n_missing else ""),
          f"{len(done)}/{len(ds.runs) - n_missing}"),
         ("candidates evaluated", str(len(ds.turns))),
-        ("cells (task × arch × lang)", str(len(stats))),
+        ("cells (task × arch × lang × model)", str(len(stats))),
         ("cells with runtime results", str(int(stats["runtime_ran"].sum())) if len(stats) else "0"),
         ("missing solutions", str(int(stats["missing"].sum())) if len(stats) else "0"),
     ]
@@ -167,16 +279,29 @@ def write_report(ds: Dataset, out: Path, title: str | None = None) -> Report:
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     files = [str(p.relative_to(out)) for p in [*report.csv, *report.parquet]] + ["report.md"]
     envs = [list(tables._flatten(e).items()) for e in ds.environments]
+    filters = ", ".join(f"{k}={'|'.join(v)}" for k, v in (where or {}).items())
+
+    sections = []
+    for name, heading, what, grouping in SECTIONS:
+        display = t[f"{name}_display"]
+        if name == "lang_arch":
+            heading += f" — {t['lang_arch_model'] or 'no model'}"
+        sections.append({"id": f"{name}-table", "name": name, "title": heading, "what": what,
+                         "command": f"xlang report {grouping}".strip() if grouping else "",
+                         "table": _rows(display, "task" if "task" in display.columns else None),
+                         "display": display})
+    if by:
+        sections.insert(0, {"id": "custom-table", "name": "custom", "title": f"By {', '.join(by)}",
+                            "what": "The grouping asked for with --by.", "command": "xlang report --by " + ",".join(by),
+                            "table": _rows(t["custom_display"], None), "display": t["custom_display"]})
 
     env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                       autoescape=select_autoescape(["html", "j2"]))
     html = env.get_template("index.html.j2").render(
-        title=title, generated=generated, source=ds.source or "(in memory)", models=models,
-        n_runs=len(ds.runs), n_turns=len(ds.turns), banners=banners, summary=summary,
-        main=_main_rows(t["main_display"]),
+        title=title, generated=generated, source=ds.source or "(in memory)", models=models, filters=filters,
+        n_runs=len(ds.runs), n_turns=len(ds.turns), banners=banners, summary=summary, definitions=DEFINITIONS,
+        sections=sections,
         plots=[{"src": str(p.relative_to(out)), "alt": alt, "caption": cap} for p, alt, cap in plot_files],
-        turn_table=_html_table(_pct_frame(t["turn_limits"], ["static_rate", "correctness_rate",
-                                                             "correct_with_arch_rate"])),
         mix_table=_html_table(_pct_frame(t["instruction_mix"], tables.MIX_ORDER)),
         not_run_table=_html_table(t["not_run"]), environments=envs, files=files,
         parquet_note=report.parquet_note, version=_version(),
@@ -184,12 +309,14 @@ def write_report(ds: Dataset, out: Path, title: str | None = None) -> Report:
     report.index.write_text(html)
 
     md = [f"# {title}\n", f"Generated {generated} from `{ds.source or '(in memory)'}`; models: "
-          f"{', '.join(models) or '–'}; {len(ds.runs)} sample runs, {len(ds.turns)} evaluated candidates.\n"]
+          f"{', '.join(models) or '–'}; {len(ds.runs)} sample runs, {len(ds.turns)} evaluated candidates"
+          + (f"; filter: {filters}" if filters else "") + ".\n"]
     md += [f"> **Not run.** {line}\n" for line in banners]
-    md += ["## Main table\n", markdown_table(t["main_display"])]
+    md += [DEFINITIONS.replace("<b>", "**").replace("</b>", "**").replace("&gt;", ">") + "\n"]
+    for s in sections:
+        md += [f"## {s['title']}\n", s["what"] + (f" Same figures: `{s['command']}`." if s["command"] else "") + "\n",
+               markdown_table(s["display"])]
     md += ["## Plots\n"] + [f"![{alt}]({p.relative_to(out)})\n" for p, alt, _ in plot_files]
-    md += ["## Rates against the turn limit\n",
-           markdown_table(_pct_frame(t["turn_limits"], ["static_rate", "correctness_rate", "correct_with_arch_rate"]))]
     md += ["## SASS instruction mix per language\n", markdown_table(_pct_frame(t["instruction_mix"], tables.MIX_ORDER))]
     md += ["## What was not run\n", markdown_table(t["not_run"]) if len(t["not_run"]) else "Everything ran.\n"]
     md += ["## Environment fingerprints\n"]
@@ -200,3 +327,9 @@ def write_report(ds: Dataset, out: Path, title: str | None = None) -> Report:
     md += ["## Files\n", "\n".join(f"- [{f}]({f})" for f in files) + "\n", report.parquet_note + "\n"]
     report.markdown.write_text("\n".join(md))
     return report
+
+
+def _html_table(df: pd.DataFrame) -> str:
+    if df.empty:
+        return ""
+    return df.to_html(index=False, border=0, escape=True, na_rep="–")

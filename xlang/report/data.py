@@ -4,10 +4,15 @@ Everything in a report is computed from these two frames, and they are built fro
 (`from_records`), so the tables, plots and pages do not depend on how the store lays out its tables;
 `load(store_path)` (in xlang.report.source) turns the SQLite store into those records.
 
-A run record:
-  {run_id, task, lang, arch, model, sample, turns_limit, docs, status, note, environment: {...},
-   turns: [{turn, verdict: Verdict.to_dict()}, ...]}
+A run record (one sample, i.e. one trajectory):
+  {run_id, task, lang, arch, model, sample, turns_limit, docs, prompt_variant, context, shape: {size: int},
+   status, note, environment: {...},
+   turns: [{turn, verdict: Verdict.to_dict(), prompt_tokens, completion_tokens, reasoning_tokens, total_tokens,
+            cost_usd}, ...]}
 status: "done" (finished), "missing" (no expert solution for a reference run), or anything else (not finished).
+
+The report's axes are columns of the runs frame (AXES); each turn's scoring fields come from
+xlang.verdict.scores (read from the verdict, or derived from an old row's category).
 """
 
 from __future__ import annotations
@@ -17,11 +22,18 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from xlang.verdict import COMPILE_ERROR, CORRECT, CORRECT_WITH_ARCH, NO_CODE
+from xlang.errors import XlangError
+from xlang.verdict import scores
 
-RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit", "docs", "status", "note"]
+RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit", "docs", "prompt_variant",
+               "context", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
-                "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "tflops", "detail"]
+                "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "tflops",
+                "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "detail"]
+# What a report can group by and filter on (run columns), with the names the command line also accepts.
+AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "shape", "D", "gqa", "turns_limit")
+AXIS_ALIASES = {"prompt": "prompt_variant", "variant": "prompt_variant", "docs_level": "docs", "head_dim": "D",
+                "d": "D", "gqa_group": "gqa", "group": "gqa", "language": "lang"}
 
 DONE = "done"
 MISSING = "missing"
@@ -35,6 +47,7 @@ class Dataset:
     opcodes: dict = field(default_factory=dict)
     environments: list = field(default_factory=list)  # distinct environment fingerprints (dicts)
     source: str = ""  # where the data came from (the store's path)
+    cache: dict = field(default_factory=dict, repr=False, compare=False)  # tables.per_sample by turn limit
 
     @property
     def empty(self) -> bool:
@@ -51,6 +64,48 @@ class Dataset:
     def tasks(self) -> list[str]:
         return sorted(self.runs["task"].unique())
 
+    def filter(self, where: dict[str, list[str]] | None) -> "Dataset":
+        """Only the runs whose axis values are among the given ones ({axis: [value, ...]}, values as text)."""
+        if not where or self.runs.empty:
+            return self
+        keep = pd.Series(True, index=self.runs.index)
+        for axis, values in where.items():
+            keep &= self.runs[axis].astype(str).isin([str(v) for v in values])
+        runs = self.runs[keep].reset_index(drop=True)
+        ids = set(runs["run_id"])
+        turns = self.turns[self.turns["run_id"].isin(ids)].reset_index(drop=True)
+        opcodes = {k: v for k, v in self.opcodes.items() if k[0] in ids}
+        return Dataset(runs, turns, opcodes, self.environments, self.source)
+
+
+def axis_name(name: str) -> str:
+    """The report axis a command-line name means (aliases accepted); XlangError for an unknown one."""
+    key = name.strip()
+    key = AXIS_ALIASES.get(key, AXIS_ALIASES.get(key.lower(), key))
+    if key not in AXES:
+        raise XlangError(f"unknown report axis '{name}' (known: {', '.join(AXES)}; also "
+                         f"{', '.join(sorted(AXIS_ALIASES))})")
+    return key
+
+
+def parse_where(text: str | None) -> dict[str, list[str]]:
+    """'model=a|b,docs=params' -> {'model': ['a', 'b'], 'docs': ['params']} (| separates alternatives)."""
+    out: dict[str, list[str]] = {}
+    for item in [x for x in (text or "").split(",") if x.strip()]:
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip():
+            raise XlangError(f"bad filter '{item}': expected AXIS=VALUE (e.g. model=openai/gpt-5,docs=params)")
+        out.setdefault(axis_name(key), []).extend(v.strip() for v in value.split("|") if v.strip())
+    return out
+
+
+def parse_axes(text: str | None) -> list[str]:
+    """'task,arch,lang' -> ['task', 'arch', 'lang'] (aliases accepted; 'turns' is the turn-limit axis)."""
+    out = []
+    for item in [x.strip() for x in (text or "").split(",") if x.strip()]:
+        out.append("turns" if item in ("turns", "turn_limit", "turn-limit") else axis_name(item))
+    return list(dict.fromkeys(out))
+
 
 def _arch_order() -> list[str]:
     from xlang.archs import archs
@@ -65,25 +120,36 @@ def _ordered(values, order) -> list[str]:
 
 def _turn_row(run: dict, turn: dict) -> dict:
     v = turn.get("verdict") or {}
-    category = v.get("category", "")
-    build = v.get("build") or {}
-    census = build.get("census") or {}
+    sc = scores(v)
     timing = v.get("timing") or {}
-    compiled = bool(build.get("ok")) if build else category not in ("", NO_CODE, COMPILE_ERROR)
     return {
         "run_id": run["run_id"], "task": run["task"], "lang": run["lang"], "arch": run["arch"],
         "model": run.get("model", ""), "sample": run.get("sample", 0), "turn": int(turn.get("turn", 1)),
-        "category": category,
-        "compiled": compiled,
-        "census_ok": bool(compiled and census and not census.get("missing")),
-        "runtime_ran": bool(v.get("runtime_ran")),
+        "category": v.get("category") or "",
+        "compiled": sc["compiled"],
+        "census_ok": sc["census_ok"] is True,
+        "executed_ok": sc["executed_ok"],
+        "runtime_ran": sc["runtime_ran"],
         "runtime_note": v.get("runtime_note") or "",
-        "correct": category in CORRECT,
-        "correct_with_arch": category in CORRECT_WITH_ARCH,
-        "speedup": timing.get("speedup") if category in CORRECT else None,
-        "tflops": timing.get("tflops") if category in CORRECT else None,
+        "correct": sc["correct"],
+        "correct_with_arch": sc["correct_with_target"],
+        "speedup": sc["speedup"],
+        "tflops": timing.get("tflops") if sc["correct"] else None,
+        "prompt_tokens": turn.get("prompt_tokens"), "completion_tokens": turn.get("completion_tokens"),
+        "reasoning_tokens": turn.get("reasoning_tokens"), "total_tokens": turn.get("total_tokens"),
+        "cost_usd": turn.get("cost_usd"),
         "detail": (v.get("detail") or "")[:300],
     }
+
+
+def _shape_axes(shape: dict | None) -> dict:
+    """The shape variant axes of a run: shape (its sizes as text), D (head dim) and gqa (query heads per key/value
+    head, H // HKV); "" where the task has no such size."""
+    shape = shape or {}
+    h, hkv = shape.get("H"), shape.get("HKV")
+    return {"shape": ",".join(f"{k}={v}" for k, v in shape.items()),
+            "D": str(shape["D"]) if "D" in shape else "",
+            "gqa": str(h // hkv) if h and hkv else ""}
 
 
 def _opcodes(verdict: dict) -> dict:
@@ -98,7 +164,7 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
     runs, turns, opcodes = [], [], {}
     envs = list(environments or [])
     for r in records:
-        runs.append({c: r.get(c) for c in RUN_COLUMNS})
+        runs.append({**{c: r.get(c) for c in RUN_COLUMNS}, **_shape_axes(r.get("shape"))})
         if r.get("environment") and r["environment"] not in envs:
             envs.append(r["environment"])
         for t in r.get("turns", []):
@@ -117,8 +183,11 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
     if not runs_df.empty:
         runs_df["sample"] = runs_df["sample"].fillna(0).astype(int)
         runs_df["turns_limit"] = runs_df["turns_limit"].fillna(1).astype(int)
+        for col in ("docs", "prompt_variant", "context", "model"):
+            runs_df[col] = runs_df[col].fillna("").astype(str)
         runs_df = runs_df.sort_values(["task", "arch", "lang", "model", "sample"], kind="stable").reset_index(drop=True)
     if not turns_df.empty:
         turns_df["speedup"] = pd.to_numeric(turns_df["speedup"], errors="coerce")
-        turns_df["tflops"] = pd.to_numeric(turns_df["tflops"], errors="coerce")
+        for col in ("tflops", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd"):
+            turns_df[col] = pd.to_numeric(turns_df[col], errors="coerce")
     return Dataset(runs_df, turns_df, opcodes, envs, source)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xlang.report.tables import MIX_ORDER, TURN_LIMITS
+from xlang.report.tables import MIX_ORDER, TURN_LIMITS, category_order
 
 LANG_COLORS = {"triton": "#3b6fb6", "cuda_ptx": "#d9822b", "cutedsl": "#3f9b5a"}
 MIX_COLORS = ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#2980b9", "#16a085", "#7f8c8d", "#27ae60", "#bdc3c7",
@@ -48,87 +48,102 @@ def _empty(path: Path, text: str) -> Path:
 
 
 def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks: list[str], path: Path) -> Path:
-    """Best speedup over the vendor baseline per task × language, one panel per architecture."""
+    """Best speedup over the vendor baseline (among candidates correct with the target instructions) per task ×
+    language, one panel per architecture and one row of panels per model."""
     if not archs or not langs:
         return _empty(path, "no results in the store yet")
     plt = _plt()
-    fig, axes = plt.subplots(1, max(1, len(archs)), figsize=(max(5.0, 4.2 * len(archs)), 3.6), squeeze=False,
-                             sharey=True)
+    models = list(dict.fromkeys(stats["model"])) or [""]
+    fig, axes = plt.subplots(len(models), max(1, len(archs)), figsize=(max(5.0, 4.2 * len(archs)),
+                                                                       0.6 + 3.0 * len(models)),
+                             squeeze=False, sharey=True)
     width = 0.8 / max(1, len(langs))
     ymax = 1.2
-    for ax, arch in zip(axes[0], archs):
-        sub = stats[stats["arch"] == arch]
-        ax.set_title(arch)
-        ax.set_xticks(range(len(tasks)))
-        ax.set_xticklabels(tasks, rotation=20, ha="right")
-        ax.set_xlim(-0.5, len(tasks) - 0.5)
-        ax.axhline(1.0, color="#999", lw=0.8, ls="--")
-        if not sub["runtime_ran"].any():
-            note = next((n for n in sub["runtime_note"] if n), "runtime not run")
-            _note(ax, note + "\nstatic census only")
-            continue
-        for j, lang in enumerate(langs):
-            xs, ys, labels = [], [], []
-            for i, task in enumerate(tasks):
-                row = sub[(sub["task"] == task) & (sub["lang"] == lang)]
-                x = i - 0.4 + width * (j + 0.5)
-                if row.empty:
-                    continue
-                r = row.iloc[0]
-                if r["missing"]:
-                    ax.text(x, 0.02, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="#999")
-                elif r["n_speedup"] and not math.isnan(r["best_speedup"]):
-                    xs.append(x)
-                    ys.append(r["best_speedup"])
-                    labels.append(f"{r['best_speedup']:.2f}")
-                elif r["runtime_ran"]:
-                    ax.text(x, 0.02, "none correct", rotation=90, ha="center", va="bottom", fontsize=7, color="#999")
-            bars = ax.bar(xs, ys, width * 0.92, color=_color(lang), label=lang)
-            ax.bar_label(bars, labels=labels, fontsize=7, padding=1)
-            ymax = max([ymax, *[y * 1.18 for y in ys]])
+    for row, model in zip(axes, models):
+        for ax, arch in zip(row, archs):
+            sub = stats[(stats["arch"] == arch) & (stats["model"] == model)]
+            ax.set_title(f"{arch} · {model}" if len(models) > 1 else arch)
+            ax.set_xticks(range(len(tasks)))
+            ax.set_xticklabels(tasks, rotation=20, ha="right")
+            ax.set_xlim(-0.5, len(tasks) - 0.5)
+            ax.axhline(1.0, color="#999", lw=0.8, ls="--")
+            if not sub["runtime_ran"].any():
+                note = next((n for n in sub["runtime_note"] if n), "runtime not run")
+                _note(ax, note + "\nstatic census only")
+                continue
+            for j, lang in enumerate(langs):
+                xs, ys, labels, errs = [], [], [], [[], []]
+                for i, task in enumerate(tasks):
+                    hit = sub[(sub["task"] == task) & (sub["lang"] == lang)]
+                    x = i - 0.4 + width * (j + 0.5)
+                    if hit.empty:
+                        continue
+                    r = hit.iloc[0]
+                    if r["missing"]:
+                        ax.text(x, 0.02, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="#999")
+                    elif r["n_speedup"] and not math.isnan(r["best_speedup"]):
+                        xs.append(x)
+                        ys.append(r["best_speedup"])
+                        labels.append(f"{r['best_speedup']:.2f}")
+                        lo, hi = r["best_speedup_lo"], r["best_speedup_hi"]
+                        errs[0].append(0 if math.isnan(lo) else r["best_speedup"] - lo)
+                        errs[1].append(0 if math.isnan(hi) else hi - r["best_speedup"])
+                    elif r["runtime_ran"]:
+                        ax.text(x, 0.02, "none correct\nwith target", rotation=90, ha="center", va="bottom",
+                                fontsize=7, color="#999")
+                bars = ax.bar(xs, ys, width * 0.92, color=_color(lang), label=lang, yerr=errs if xs else None,
+                              error_kw={"lw": 0.8, "capsize": 2, "ecolor": "#444"})
+                ax.bar_label(bars, labels=labels, fontsize=7, padding=1)
+                ymax = max([ymax, *[y * 1.18 for y in ys]])
+        row[0].set_ylabel("best speedup (×)")
+    for ax in axes.flat:
         ax.set_ylim(0, ymax)
-    axes[0][0].set_ylabel("best speedup vs vendor baseline (×)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=_color(lang)) for lang in langs]
     fig.legend(handles, langs, loc="upper center", ncol=len(langs), bbox_to_anchor=(0.5, 1.0))
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (0.6 + 3.0 * len(models))))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
 
 
 def turn_limit_plot(table: pd.DataFrame, archs: list[str], langs: list[str], path: Path) -> Path:
-    """Correctness (solid) and correct-with-arch-instructions (dashed) rates against the turn limit."""
-    if not archs or not langs:
+    """Correct (solid) and correct-with-target-instructions (dashed) rates against the turn limit, one panel per
+    architecture and one row per model (the tasks pooled); the static census (dotted) where runtime was not run."""
+    if not archs or not langs or table.empty:
         return _empty(path, "no results in the store yet")
     plt = _plt()
+    models = list(dict.fromkeys(table["model"]))
     n_lines = max(1, len(langs))
-    fig, axes = plt.subplots(1, max(1, len(archs)), figsize=(max(5.0, 4.2 * len(archs)), 3.2 + 0.22 * n_lines),
+    fig, axes = plt.subplots(len(models), max(1, len(archs)),
+                             figsize=(max(5.0, 4.2 * len(archs)), (3.2 + 0.22 * n_lines) * len(models)),
                              squeeze=False, sharey=True)
-    for ax, arch in zip(axes[0], archs):
-        sub = table[table["arch"] == arch]
-        ax.set_title(arch)
-        ax.set_xticks(TURN_LIMITS)
-        ax.set_xlim(0.5, TURN_LIMITS[-1] + 0.5)
-        ax.set_ylim(-0.03, 1.05)
-        ax.set_xlabel("turn limit")
-        ax.yaxis.set_major_formatter(lambda v, _: f"{v * 100:.0f}%")
-        ran = sub["n_runtime"].sum() > 0 if len(sub) else False
-        for lang in langs:
-            s = sub[sub["lang"] == lang].sort_values("turn_limit")
-            if s.empty:
-                continue
-            if ran:
-                ax.plot(s["turn_limit"], s["correctness_rate"], "-o", color=_color(lang), ms=4, label=f"{lang} correct")
-                ax.plot(s["turn_limit"], s["correct_with_arch_rate"], "--s", color=_color(lang), ms=4,
-                        label=f"{lang} correct with arch instructions")
-            else:
-                ax.plot(s["turn_limit"], s["static_rate"], ":^", color=_color(lang), ms=4,
-                        label=f"{lang} static: required instructions in SASS")
-        if not ran:
-            ax.text(0.5, 0.08, "runtime not run: static census (dotted)", transform=ax.transAxes, ha="center",
-                    fontsize=8, color="#666")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if ran else 1)
-    axes[0][0].set_ylabel("share of sample runs")
+    for row, model in zip(axes, models):
+        for ax, arch in zip(row, archs):
+            sub = table[(table["arch"] == arch) & (table["model"] == model)]
+            ax.set_title(f"{arch} · {model}" if len(models) > 1 else arch)
+            ax.set_xticks(TURN_LIMITS)
+            ax.set_xlim(0.5, TURN_LIMITS[-1] + 0.5)
+            ax.set_ylim(-0.03, 1.05)
+            ax.set_xlabel("turn limit")
+            ax.yaxis.set_major_formatter(lambda v, _: f"{v * 100:.0f}%")
+            ran = sub["n_runtime"].sum() > 0 if len(sub) else False
+            for lang in langs:
+                s = sub[sub["lang"] == lang].sort_values("turns")
+                if s.empty:
+                    continue
+                if ran:
+                    ax.plot(s["turns"], s["correctness_rate"], "-o", color=_color(lang), ms=4, label=f"{lang} correct")
+                    ax.plot(s["turns"], s["correct_with_arch_rate"], "--s", color=_color(lang), ms=4,
+                            label=f"{lang} correct with target instructions")
+                else:
+                    ax.plot(s["turns"], s["static_rate"], ":^", color=_color(lang), ms=4,
+                            label=f"{lang} static: required instructions in SASS")
+            if not ran:
+                ax.text(0.5, 0.08, "runtime not run: static census (dotted)", transform=ax.transAxes, ha="center",
+                        fontsize=8, color="#666")
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2 if ran else 1)
+        row[0].set_ylabel("share of sample runs")
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -160,6 +175,99 @@ def mix_plot(mix: pd.DataFrame, path: Path) -> Path:
     if not rows:
         _note(ax, "no compiled candidate")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) > 2 else -0.25), ncol=4, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+CATEGORY_COLORS = {"no_code": "#6e7781", "compile_error": "#cf222e", "forbidden_call": "#8250df",
+                   "missing_instructions": "#bc4c00", "runtime_error": "#e16f24", "timeout": "#d4a72c",
+                   "incorrect": "#fa4549", "memory_error": "#a475f9", "not_executed": "#d29922", "ok": "#2da44e",
+                   "static_ok": "#54aeff", "no reply": "#afb8c1"}
+
+
+def error_plot(errors: pd.DataFrame, path: Path) -> Path:
+    """Stacked bars: the share of each verdict category at each turn, one panel per model."""
+    if errors.empty:
+        return _empty(path, "no evaluated candidate")
+    plt = _plt()
+    models = list(dict.fromkeys(errors["model"]))
+    cats = category_order([c for c in errors.columns if c in CATEGORY_COLORS])
+    fig, axes = plt.subplots(1, len(models), figsize=(max(5.0, 4.6 * len(models)), 3.8), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        sub = errors[errors["model"] == model].sort_values("turn")
+        bottom = [0.0] * len(sub)
+        for cat in cats:
+            share = (sub[cat] / sub["n"]).tolist()
+            ax.bar(sub["turn"], share, bottom=bottom, color=CATEGORY_COLORS[cat], label=cat, width=0.8,
+                   edgecolor="white", lw=0.4)
+            bottom = [b + v for b, v in zip(bottom, share)]
+        for t, n in zip(sub["turn"], sub["n"]):
+            ax.text(t, 1.01, f"n={n}", ha="center", va="bottom", fontsize=7, color="#555")
+        ax.set_title(model)
+        ax.set_xlabel("turn")
+        ax.set_xticks(sub["turn"])
+        ax.set_ylim(0, 1.08)
+        ax.yaxis.set_major_formatter(lambda v, _: f"{v * 100:.0f}%")
+    axes[0][0].set_ylabel("share of candidates")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=CATEGORY_COLORS[c]) for c in cats]
+    fig.legend(handles, cats, loc="lower center", ncol=min(6, len(cats)), fontsize=7)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def transitions_plot(transitions: pd.DataFrame, path: Path) -> Path:
+    """Heat maps of turn-to-turn transitions (share of the transitions from each category), one per model."""
+    if transitions.empty:
+        return _empty(path, "no sample with more than one turn")
+    plt = _plt()
+    models = list(dict.fromkeys(transitions["model"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(max(5.0, 5.2 * len(models)), 4.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        sub = transitions[transitions["model"] == model]
+        cats = category_order(set(sub["from"]) | set(sub["to"]))
+        grid = sub.pivot_table(index="from", columns="to", values="share", fill_value=0.0)
+        grid = grid.reindex(index=cats, columns=cats, fill_value=0.0)
+        counts = sub.pivot_table(index="from", columns="to", values="count", fill_value=0)
+        counts = counts.reindex(index=cats, columns=cats, fill_value=0)
+        ax.imshow(grid.values, cmap="Blues", vmin=0, vmax=1)
+        for i in range(len(cats)):
+            for j in range(len(cats)):
+                if counts.values[i, j]:
+                    ax.text(j, i, f"{int(counts.values[i, j])}", ha="center", va="center", fontsize=7,
+                            color="white" if grid.values[i, j] > 0.55 else "#222")
+        ax.set_xticks(range(len(cats)))
+        ax.set_xticklabels(cats, rotation=40, ha="right", fontsize=7)
+        ax.set_yticks(range(len(cats)))
+        ax.set_yticklabels(cats, fontsize=7)
+        ax.set_xlabel("category at turn t+1")
+        ax.set_ylabel("category at turn t")
+        ax.set_title(model)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def tokens_plot(samples: pd.DataFrame, path: Path) -> Path:
+    """One point per sample: completion tokens (reasoning included) against its best speedup among candidates
+    correct with the target instructions (0: none), coloured by model."""
+    pts = samples.dropna(subset=["completion_tokens"]) if not samples.empty else samples
+    if pts.empty:
+        return _empty(path, "no token counts recorded (reference or replayed runs)")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    palette = ["#3b6fb6", "#d9822b", "#3f9b5a", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d"]
+    for i, (model, g) in enumerate(pts.groupby("model", sort=True)):
+        ax.scatter(g["completion_tokens"], g["best_speedup"].fillna(0.0), s=18, alpha=0.8,
+                   color=palette[i % len(palette)], label=model, edgecolor="white", lw=0.4)
+    ax.axhline(1.0, color="#999", lw=0.8, ls="--")
+    ax.set_xlabel("completion tokens per sample (reasoning included)")
+    ax.set_ylabel("best speedup, correct with target (×; 0: none)")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)

@@ -1,7 +1,8 @@
 """Reading the results store (xlang.store, SQLite) into the report's records.
 
-One report record per trajectory (a `samples` row): its run's task / lang / arch / model / limits, its status,
-and its turns with their verdicts. The store's `runs.versions_json` and each runtime verdict's fingerprint are
+One report record per trajectory (a `samples` row): its run's task / lang / arch / model / limits / docs level /
+context policy / shape, its prompt variant and status, and its turns with their verdicts, tokens (reasoning
+included) and cost. A store written before a column existed reads as that column empty. The store's `runs.versions_json` and each runtime verdict's fingerprint are
 the environment fingerprints printed on the report.
 """
 
@@ -21,7 +22,7 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
     wanted = set(run_ids) if run_ids is not None else None
     runs = {r["run_id"]: r for r in store.runs() if wanted is None or r["run_id"] in wanted}
     turns_by_sample: dict[tuple, list] = {}
-    for t in store.turns():
+    for t in store.turns(messages=False):
         if t["run_id"] in runs:
             turns_by_sample.setdefault((t["run_id"], t["sample_idx"]), []).append(t)
     records, envs = [], []
@@ -41,13 +42,17 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
                 verdict = {"category": t.get("category") or ""}
             if verdict.get("build") is None and t.get("build"):
                 verdict["build"] = t["build"]
-            turns.append({"turn": t["turn_idx"], "verdict": verdict})
+            turns.append({"turn": t["turn_idx"], "verdict": verdict, "prompt_tokens": t.get("prompt_tokens"),
+                          "completion_tokens": t.get("completion_tokens"),
+                          "reasoning_tokens": t.get("reasoning_tokens"), "total_tokens": t.get("total_tokens"),
+                          "cost_usd": t.get("cost_usd")})
         records.append({
             "run_id": sample_id(s["run_id"], s["sample_idx"]),
             "task": run["task"], "lang": run["lang"], "arch": run["arch"], "model": run["model"],
             "sample": s["sample_idx"], "turns_limit": run.get("turns_limit") or 1,
-            "docs": run.get("docs_level") or "", "status": s["status"], "note": s.get("note") or "",
-            "turns": turns,
+            "docs": run.get("docs_level") or "", "prompt_variant": s.get("prompt_variant") or "",
+            "context": run.get("context") or "", "shape": run.get("shape") or {},
+            "status": s["status"], "note": s.get("note") or "", "turns": turns,
         })
     return records, envs
 

@@ -1,13 +1,21 @@
 """The report's tables, computed from a Dataset (pandas).
 
-Cells follow PTXBench: per task × language × architecture, over the finished sample runs (n):
-  correctness_rate        share of runs with a correct candidate within the turn limit (fresh random inputs,
-                          checked at run time: categories in verdict.CORRECT)
-  correct_with_arch_rate  share of runs with a candidate that was correct *and* executed the architecture's
-                          required instruction families at run time (verdict.CORRECT_WITH_ARCH)
-  best_speedup            the best vendor-baseline speedup of a correct candidate (n: runs that have one)
+Scores follow PTXBench. Per group of finished sample runs (n; the group is any set of axes: task, arch, lang,
+model, docs, prompt variant, context, shape, D, gqa, and the turn limit), counting each sample's first `limit`
+turns:
+  correctness_rate        share of samples with a correct candidate (computed the function on fresh random
+                          inputs at run time: xlang.verdict.scores' `correct`), whatever its census says
+  correct_with_arch_rate  share of samples with a candidate correct *with the target instructions*: correct, the
+                          required families in its SASS and executed at run time (scores' correct_with_target)
+  best_speedup            the best vendor-baseline speedup among candidates correct with the target instructions
+  best_speedup_correct    the best speedup among all correct candidates (its own column)
 and, always (no GPU needed): compile_rate, and static_rate (the required families present in the SASS).
-When no run of a cell reached the GPU, the runtime columns hold the reason, e.g. "not run (no sm_100a device)".
+Rates are over the samples whose runtime was available (n_runtime); when none was (e.g. no B200 here), the
+runtime columns hold the reason, e.g. "not run (no sm_100a device)".
+
+Intervals (95%): Wilson score intervals for rates; for a best speedup, a percentile bootstrap over the samples
+(BOOTSTRAP resamples of the group's samples with replacement, fixed seed; a sample with no qualifying candidate
+counts 0): the spread of "the best of n samples" had other samples been drawn. Shown only where n > 1.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pandas as pd
 
 from xlang.report.data import DONE, MISSING, Dataset
+from xlang.verdict import CATEGORIES
 
 TURN_LIMITS = (1, 4, 8)
 KEY = ["task", "arch", "lang", "model"]
@@ -48,123 +58,409 @@ def mix_class(opcode: str) -> str:
     return MIX_OTHER
 
 
-def _runs_upto(ds: Dataset, limit: int | None) -> pd.DataFrame:
-    """Per finished run: what its first `limit` turns achieved (any turn), best speedup, runtime facts."""
+Z95 = 1.959963984540054
+BOOTSTRAP = 2000
+RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "shape", "D", "gqa", "turns_limit"]
+NO_REPLY = "no reply"  # a turn whose reply could not be obtained (provider error): no category
+STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "runtime_ran", "runtime_note",
+                "n_runtime", "n_correct", "correctness_rate", "correctness_lo", "correctness_hi",
+                "n_correct_with_arch", "correct_with_arch_rate", "correct_with_arch_lo", "correct_with_arch_hi",
+                "best_speedup", "best_speedup_lo", "best_speedup_hi", "n_speedup",
+                "best_speedup_correct", "best_speedup_correct_lo", "best_speedup_correct_hi", "n_speedup_correct"]
+
+
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of k successes in n trials ((nan, nan) when n == 0)."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_max(values, resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap (95%) of the best of the values (one per sample; nan, a sample with none, counts 0)."""
+    v = np.nan_to_num(np.asarray(values, dtype=float), nan=0.0)
+    if len(v) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    best = v[rng.integers(0, len(v), size=(resamples, len(v)))].max(axis=1)
+    lo, hi = np.percentile(best, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def _sum(s: pd.Series) -> float:
+    return s.sum(min_count=1)  # nan (unknown) rather than 0 when no turn reported it
+
+
+def per_sample(ds: Dataset, limit: int | None = None) -> pd.DataFrame:
+    """One row per finished sample run: its axes and what its first `limit` turns achieved (any turn), its best
+    speedups, tokens and cost. A sample whose turn limit is below `limit` is left out (it never had those turns).
+    runtime_available: some turn ran, or no turn was marked "not run" (a sample whose candidates never compiled
+    on a machine with the GPU still counts, as 0 correct)."""
+    if limit not in ds.cache:
+        ds.cache[limit] = _per_sample(ds, limit)
+    return ds.cache[limit]
+
+
+def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     runs = ds.runs[ds.runs["status"] == DONE]
     if limit is not None:
         runs = runs[runs["turns_limit"] >= limit]
     turns = ds.turns[ds.turns["run_id"].isin(runs["run_id"])]
     if limit is not None:
         turns = turns[turns["turn"] <= limit]
-    agg = turns.groupby("run_id").agg(
-        compiled=("compiled", "any"), census_ok=("census_ok", "any"), correct=("correct", "any"),
-        correct_with_arch=("correct_with_arch", "any"), runtime_ran=("runtime_ran", "any"),
-        best_speedup=("speedup", "max"), turns=("turn", "count"),
-        runtime_note=("runtime_note", lambda s: next((x for x in s if x), "")),
-    ) if not turns.empty else pd.DataFrame(
-        columns=["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "best_speedup", "turns",
-                 "runtime_note"])
-    out = runs[["run_id", *KEY, "sample"]].merge(agg, left_on="run_id", right_index=True, how="left")
-    for col in ("compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran"):
+    cols = ["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run", "best_speedup",
+            "best_speedup_correct", "turns", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd",
+            "runtime_note"]
+    if turns.empty:
+        agg = pd.DataFrame(columns=cols)
+    else:
+        t = turns.assign(target_speedup=turns["speedup"].where(turns["correct_with_arch"].astype(bool)),
+                         not_run=turns["runtime_note"].str.startswith("not run"))
+        agg = t.groupby("run_id").agg(
+            compiled=("compiled", "any"), census_ok=("census_ok", "any"), correct=("correct", "any"),
+            correct_with_arch=("correct_with_arch", "any"), runtime_ran=("runtime_ran", "any"),
+            any_not_run=("not_run", "any"), best_speedup=("target_speedup", "max"),
+            best_speedup_correct=("speedup", "max"), turns=("turn", "count"),
+            prompt_tokens=("prompt_tokens", _sum), completion_tokens=("completion_tokens", _sum),
+            reasoning_tokens=("reasoning_tokens", _sum), cost_usd=("cost_usd", _sum),
+            runtime_note=("runtime_note", lambda s: next((x for x in s if x), "")))
+    out = runs[["run_id", *RUN_AXES, "sample"]].merge(agg, left_on="run_id", right_index=True, how="left")
+    for col in ("compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run"):
         out[col] = out[col].astype("boolean").fillna(False).astype(bool)
+    out["runtime_available"] = out["runtime_ran"] | ~out["any_not_run"]
     out["runtime_note"] = out["runtime_note"].fillna("")
-    out["best_speedup"] = pd.to_numeric(out["best_speedup"], errors="coerce")
-    return out
+    out["turns"] = pd.to_numeric(out["turns"], errors="coerce").fillna(0).astype(int)
+    for col in ("best_speedup", "best_speedup_correct", "prompt_tokens", "completion_tokens", "reasoning_tokens",
+                "cost_usd"):
+        out[col] = pd.to_numeric(out[col], errors="coerce")
+    return out.reset_index(drop=True)
+
+
+def _best(values: pd.Series, n: int) -> tuple[float, float, float, int]:
+    """(best, lo, hi, samples that have one) of per-sample bests over the n samples that ran."""
+    have = values.dropna()
+    if not len(have):
+        return math.nan, math.nan, math.nan, 0
+    lo, hi = bootstrap_max(values.tolist()) if n > 1 else (math.nan, math.nan)
+    return float(have.max()), lo, hi, len(have)
+
+
+def _group_stats(done: pd.DataFrame, group_runs: pd.DataFrame) -> dict:
+    n = len(done)
+    ran = done[done["runtime_available"]]
+    nr = len(ran)
+    kc, kt = int(ran["correct"].sum()), int(ran["correct_with_arch"].sum())
+    best, best_lo, best_hi, n_best = _best(ran["best_speedup"], nr)
+    best_c, best_c_lo, best_c_hi, n_best_c = _best(ran["best_speedup_correct"], nr)
+    return {
+        "n": n,
+        "missing": bool(len(group_runs)) and bool((group_runs["status"] == MISSING).all()),
+        "unfinished": int((~group_runs["status"].isin([DONE, MISSING])).sum()),
+        "compile_rate": done["compiled"].mean() if n else math.nan,
+        "static_rate": done["census_ok"].mean() if n else math.nan,
+        "runtime_ran": nr > 0,
+        "runtime_note": "" if nr else next((x for x in done["runtime_note"] if x), ""),
+        "n_runtime": nr,
+        "n_correct": kc, "correctness_rate": kc / nr if nr else math.nan,
+        **dict(zip(("correctness_lo", "correctness_hi"), wilson(kc, nr))),
+        "n_correct_with_arch": kt, "correct_with_arch_rate": kt / nr if nr else math.nan,
+        **dict(zip(("correct_with_arch_lo", "correct_with_arch_hi"), wilson(kt, nr))),
+        "best_speedup": best, "best_speedup_lo": best_lo, "best_speedup_hi": best_hi, "n_speedup": n_best,
+        "best_speedup_correct": best_c, "best_speedup_correct_lo": best_c_lo, "best_speedup_correct_hi": best_c_hi,
+        "n_speedup_correct": n_best_c,
+    }
+
+
+def _groups(runs: pd.DataFrame, keys: list[str]):
+    if not keys:
+        yield (), runs
+        return
+    for key, group in runs.groupby(keys, sort=False, dropna=False):
+        yield (key if isinstance(key, tuple) else (key,)), group
+
+
+def score(ds: Dataset, by=KEY, limits=None) -> pd.DataFrame:
+    """The PTXBench figures per group of `by` axes (any of data.AXES). With 'turns' in `by`, or limits given, one
+    row per group and turn limit (default TURN_LIMITS): each sample counted on its first `limit` turns; a limit
+    longer than a group's runs is left out for that group. Otherwise each sample's whole trajectory counts."""
+    by = list(by)
+    keys = [k for k in by if k != "turns"]
+    with_turns = "turns" in by or limits is not None
+    limits = tuple(limits or TURN_LIMITS) if with_turns else (None,)
+    order = [*keys, *(["turns"] if with_turns else [])]
+    if ds.empty:
+        return pd.DataFrame(columns=[*order, *STAT_COLUMNS])
+    rows = []
+    for limit in limits:
+        samples = per_sample(ds, limit)
+        for key, group in _groups(ds.runs, keys):
+            stats = _group_stats(samples[samples["run_id"].isin(group["run_id"])], group)
+            if with_turns and limit != limits[0] and stats["n"] == 0:
+                continue
+            rows.append({**dict(zip(keys, key)), **({"turns": limit} if with_turns else {}), **stats})
+    return sort_cells(pd.DataFrame(rows, columns=[*order, *STAT_COLUMNS]), order)
 
 
 def cell_stats(ds: Dataset, limit: int | None = None) -> pd.DataFrame:
-    """One row per task × arch × lang × model with the PTXBench figures and their n."""
-    cols = [*KEY, "n", "missing", "unfinished", "compile_rate", "static_rate", "runtime_ran", "runtime_note",
-            "n_runtime", "correctness_rate", "correct_with_arch_rate", "best_speedup", "n_speedup"]
-    if ds.empty:
-        return pd.DataFrame(columns=cols)
-    per_run = _runs_upto(ds, limit)
-    rows = []
-    for key, group in ds.runs.groupby(KEY, sort=False):
-        done = per_run[(per_run[KEY] == pd.Series(key, index=KEY)).all(axis=1)]
-        n = len(done)
-        ran = done[done["runtime_ran"]]
-        speedups = done["best_speedup"].dropna()
-        rows.append({
-            **dict(zip(KEY, key)),
-            "n": n,
-            "missing": bool((group["status"] == MISSING).all()),
-            "unfinished": int((~group["status"].isin([DONE, MISSING])).sum()),
-            "compile_rate": done["compiled"].mean() if n else math.nan,
-            "static_rate": done["census_ok"].mean() if n else math.nan,
-            "runtime_ran": bool(len(ran)),
-            "runtime_note": "" if len(ran) else next((x for x in done["runtime_note"] if x), ""),
-            "n_runtime": len(ran),
-            "correctness_rate": ran["correct"].mean() if len(ran) else math.nan,
-            "correct_with_arch_rate": ran["correct_with_arch"].mean() if len(ran) else math.nan,
-            "best_speedup": speedups.max() if len(speedups) else math.nan,
-            "n_speedup": len(speedups),
-        })
-    out = pd.DataFrame(rows, columns=cols)
-    return sort_cells(out)
+    """One row per task × arch × lang × model with the PTXBench figures and their n (each sample's first `limit`
+    turns; all of them when None)."""
+    if limit is None:
+        return score(ds, KEY)
+    return score(ds, KEY, (limit,)).drop(columns=["turns"])
 
 
 def sort_cells(df: pd.DataFrame, by=("task", "arch", "lang")) -> pd.DataFrame:
-    """Sort by task name, architecture (registry order) and language (h100, h200, b200; triton, cuda_ptx, cutedsl)."""
+    """Sort by the given columns: architectures in registry order (h100, h200, b200), languages as LANGS
+    (triton, cuda_ptx, cutedsl), sizes and turn limits as numbers, anything else as text."""
     from xlang.archs import archs
     from xlang.backend import LANGS
 
+    by = [c for c in by if c in df.columns]
+    if df.empty or not by:
+        return df.reset_index(drop=True)
     ranks = {"arch": {a: i for i, a in enumerate(archs())}, "lang": {lang: i for i, lang in enumerate(LANGS)}}
 
     def key(s: pd.Series) -> pd.Series:
-        return s.map(ranks[s.name]).fillna(99) if s.name in ranks else s
+        if s.name in ranks:
+            return s.map(ranks[s.name]).fillna(99)
+        if s.name in ("D", "gqa", "turns", "turn", "turns_limit"):
+            return pd.to_numeric(s, errors="coerce").fillna(-1)
+        return s.astype(str)
 
-    return df.sort_values(list(by), kind="stable", key=key).reset_index(drop=True)
+    return df.sort_values(by, kind="stable", key=key).reset_index(drop=True)
 
 
-def _rate(rate: float, n: int) -> str:
-    if n == 0 or (isinstance(rate, float) and math.isnan(rate)):
+# ------------------------------------------------------------------------------------------------ display
+
+COL_STATIC = "target instr. in SASS"
+COL_CORRECT = "correct"
+COL_TARGET = "correct with target instr."
+COL_SPEED = "best speedup (correct with target)"
+COL_SPEED_ALL = "best speedup (all correct)"
+RATE_COLUMNS = ("compiled", COL_STATIC, COL_CORRECT, COL_TARGET)
+AXIS_LABELS = {"prompt_variant": "prompt variant", "turns_limit": "turn limit (run)", "turns": "turns",
+               "gqa": "GQA group"}
+
+
+def rate_text(k: int, n: int, lo: float = math.nan, hi: float = math.nan) -> str:
+    """'50% (1/2) [9–91%]': the rate, k/n, and where n > 1 the 95% Wilson interval."""
+    if n == 0:
         return "–"
-    return f"{rate * 100:.0f}% ({round(rate * n)}/{n})"
+    text = f"{k / n * 100:.0f}% ({k}/{n})"
+    if n > 1 and not math.isnan(lo):
+        text += f" [{lo * 100:.0f}–{hi * 100:.0f}%]"
+    return text
+
+
+def speed_text(best: float, n_with: int, n: int, lo: float = math.nan, hi: float = math.nan) -> str:
+    """'1.10× (2/3) [0.80–1.10]': the best speedup, how many of the n samples had a qualifying candidate, and where
+    n > 1 the 95% bootstrap interval of the best."""
+    if n == 0:
+        return "–"
+    if not n_with or best is None or math.isnan(best):
+        return f"none (0/{n})"
+    text = f"{best:.2f}× ({n_with}/{n})"
+    if n > 1 and not math.isnan(lo):
+        text += f" [{lo:.2f}–{hi:.2f}]"
+    return text
+
+
+def format_scores(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """A score table as display strings (terminal, HTML, Markdown): the key columns, then n and the figures."""
+    rows = []
+    for r in stats.to_dict("records"):
+        row = {AXIS_LABELS.get(k, k): ("–" if r[k] in ("", None) else str(r[k])) for k in keys}
+        n_text = str(r["n"]) + (f" (+{r['unfinished']} unfinished)" if r["unfinished"] else "")
+        if r["missing"]:
+            row.update({"n": "0", "compiled": "missing", COL_STATIC: "missing", COL_CORRECT: "missing",
+                        COL_TARGET: "missing", COL_SPEED: "missing", COL_SPEED_ALL: "missing"})
+        elif not r["n"]:
+            row.update({"n": n_text, **{c: "–" for c in (*RATE_COLUMNS, COL_SPEED, COL_SPEED_ALL)}})
+        else:
+            note = r["runtime_note"] or "not run"
+            nr = r["n_runtime"]
+            row.update({
+                "n": n_text,
+                "compiled": rate_text(round(r["compile_rate"] * r["n"]), r["n"]),
+                COL_STATIC: rate_text(round(r["static_rate"] * r["n"]), r["n"]),
+                COL_CORRECT: rate_text(r["n_correct"], nr, r["correctness_lo"], r["correctness_hi"])
+                if r["runtime_ran"] else note,
+                COL_TARGET: rate_text(r["n_correct_with_arch"], nr, r["correct_with_arch_lo"],
+                                      r["correct_with_arch_hi"]) if r["runtime_ran"] else note,
+                COL_SPEED: speed_text(r["best_speedup"], r["n_speedup"], nr, r["best_speedup_lo"],
+                                      r["best_speedup_hi"]) if r["runtime_ran"] else note,
+                COL_SPEED_ALL: speed_text(r["best_speedup_correct"], r["n_speedup_correct"], nr,
+                                          r["best_speedup_correct_lo"], r["best_speedup_correct_hi"])
+                if r["runtime_ran"] else note,
+            })
+        rows.append(row)
+    columns = [AXIS_LABELS.get(k, k) for k in keys] + ["n", *RATE_COLUMNS, COL_SPEED, COL_SPEED_ALL]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
-    """The main table as display strings (terminal, HTML, Markdown)."""
-    rows = []
-    for r in stats.itertuples(index=False):
-        row = {"task": r.task, "arch": r.arch, "lang": r.lang}
-        if len(stats["model"].unique()) > 1:
-            row["model"] = r.model
-        if r.missing:
-            row.update({"n": "0", "compiled": "missing", "arch instructions (static)": "missing",
-                        "correct": "missing", "correct with arch instructions": "missing", "best speedup": "missing"})
-        else:
-            note = (r.runtime_note or "not run") if r.n else "–"
-            row.update({
-                "n": str(r.n) + (f" (+{r.unfinished} unfinished)" if r.unfinished else ""),
-                "compiled": _rate(r.compile_rate, r.n),
-                "arch instructions (static)": _rate(r.static_rate, r.n),
-                "correct": _rate(r.correctness_rate, r.n_runtime) if r.runtime_ran else note,
-                "correct with arch instructions": (_rate(r.correct_with_arch_rate, r.n_runtime)
-                                                   if r.runtime_ran else note),
-                "best speedup": (f"{r.best_speedup:.2f}× (n={r.n_speedup})" if r.n_speedup else
-                                 ("– (n=0)" if r.runtime_ran else note)),
-            })
-        rows.append(row)
-    return pd.DataFrame(rows)
+    """The per-cell table (task × arch × lang, and model when there are several) as display strings."""
+    keys = ["task", "arch", "lang"] + (["model"] if stats["model"].nunique() > 1 else [])
+    return format_scores(stats, keys)
+
+
+# ------------------------------------------------------------------------------------------ the article's tables
+
+
+def main_table(ds: Dataset, limits=TURN_LIMITS) -> pd.DataFrame:
+    """Model × task × arch × lang at each turn limit (1, 4, 8): the article's main table."""
+    return score(ds, ["model", "task", "arch", "lang"], limits)
 
 
 def turn_limit_table(ds: Dataset, limits=TURN_LIMITS) -> pd.DataFrame:
-    """Correctness and correct-with-instructions rates against the turn limit, per arch × lang (all tasks)."""
+    """Model × arch × lang at each turn limit, the tasks pooled (the per-task figures are the main table's)."""
+    return score(ds, ["model", "arch", "lang"], limits)
+
+
+def docs_table(ds: Dataset) -> pd.DataFrame:
+    """The docs-level ablation: model × task × arch × lang × docs level (none / params / templates / contracts)."""
+    return score(ds, ["model", "task", "arch", "lang", "docs"])
+
+
+def lead_model(ds: Dataset) -> str | None:
+    """The model with the most sample runs (the default of the language × architecture table)."""
+    if ds.empty:
+        return None
+    counts = ds.runs.groupby("model").size().sort_values(ascending=False, kind="stable")
+    return str(counts.index[0])
+
+
+def lang_arch_table(ds: Dataset, model: str | None = None) -> tuple[str | None, pd.DataFrame]:
+    """Language vs architecture for one model (default: lead_model): rows task × lang, one column per
+    architecture, each cell 'correct / correct with target / best speedup (correct with target)'."""
+    model = model or lead_model(ds)
+    if model is None:
+        return None, pd.DataFrame(columns=["task", "lang"])
+    stats = score(ds.filter({"model": [model]}), ["task", "lang", "arch"])
+    archs = list(dict.fromkeys(stats["arch"]))
+    rows = {}
+    for r in stats.to_dict("records"):
+        row = rows.setdefault((r["task"], r["lang"]), {"task": r["task"], "lang": r["lang"]})
+        if r["missing"]:
+            text = "missing"
+        elif not r["n"]:
+            text = "–"
+        elif not r["runtime_ran"]:
+            text = f"{r['runtime_note'] or 'not run'}; static {r['static_rate'] * 100:.0f}% (n={r['n']})"
+        else:
+            nr = r["n_runtime"]
+            best = f"{r['best_speedup']:.2f}×" if r["n_speedup"] else "–"
+            text = (f"{r['n_correct'] / nr * 100:.0f}% / {r['n_correct_with_arch'] / nr * 100:.0f}% / {best} "
+                    f"(n={nr})")
+        row[r["arch"]] = text
+    table = pd.DataFrame(list(rows.values()), columns=["task", "lang", *archs]).fillna("–")
+    return model, sort_cells(table, ["task", "lang"])
+
+
+def shape_table(ds: Dataset) -> pd.DataFrame:
+    """Head-dim / GQA generalisation: the attention runs per model × task × arch × lang × D × GQA group."""
+    if ds.empty:
+        return score(ds, ["model", "task", "arch", "lang", "D", "gqa"])
+    attention = ds.runs.loc[ds.runs["D"] != "", "run_id"]
+    return score(ds.filter({"run_id": list(attention)}) if len(attention) else ds.filter({"run_id": []}),
+                 ["model", "task", "arch", "lang", "D", "gqa"])
+
+
+def _category(c: str) -> str:
+    return c or NO_REPLY
+
+
+def category_order(present) -> list[str]:
+    present = set(present)
+    return [c for c in (*CATEGORIES, NO_REPLY) if c in present]
+
+
+def _finished_turns(ds: Dataset) -> pd.DataFrame:
+    done = ds.runs.loc[ds.runs["status"] == DONE, "run_id"]
+    return ds.turns[ds.turns["run_id"].isin(done)].assign(category=lambda t: t["category"].map(_category))
+
+
+def error_table(ds: Dataset, by=("model",)) -> pd.DataFrame:
+    """The error-category distribution per turn: per group and turn index, how many candidates ended in each
+    category (the first failing stage), over the finished samples that reached that turn."""
+    by = list(by)
+    turns = _finished_turns(ds) if not ds.empty else ds.turns
+    if turns.empty:
+        return pd.DataFrame(columns=[*by, "turn", "n"])
+    cats = category_order(turns["category"])
+    counts = turns.groupby([*by, "turn", "category"]).size().unstack("category", fill_value=0)
+    counts = counts.reindex(columns=cats, fill_value=0).reset_index()
+    counts.insert(len(by) + 1, "n", counts[cats].sum(axis=1))
+    return sort_cells(counts, [*by, "turn"])
+
+
+def transitions_table(ds: Dataset, by=("model",)) -> pd.DataFrame:
+    """Turn-to-turn transitions: how often a sample's category at turn t was followed by each category at
+    turn t+1 (count, and share of the transitions from that category)."""
+    by = list(by)
+    cols = [*by, "from", "to", "count", "share"]
+    turns = _finished_turns(ds) if not ds.empty else ds.turns
+    if turns.empty:
+        return pd.DataFrame(columns=cols)
+    t = turns.sort_values(["run_id", "turn"])
+    nxt = t.groupby("run_id")["category"].shift(-1)
+    pairs = t.assign(to=nxt).dropna(subset=["to"]).rename(columns={"category": "from"})
+    if pairs.empty:
+        return pd.DataFrame(columns=cols)
+    out = pairs.groupby([*by, "from", "to"]).size().rename("count").reset_index()
+    out["share"] = out["count"] / out.groupby([*by, "from"])["count"].transform("sum")
+    order = {c: i for i, c in enumerate((*CATEGORIES, NO_REPLY))}
+    out = out.sort_values([*by, "from", "to"], key=lambda s: s.map(order) if s.name in ("from", "to") else s,
+                          kind="stable")
+    return out.reset_index(drop=True)[cols]
+
+
+def tokens_table(ds: Dataset, by=("model", "task", "arch", "lang")) -> pd.DataFrame:
+    """Tokens (reasoning included) against best speedup, per group: completion tokens per turn and per sample
+    (reasoning tokens are part of them), the reasoning tokens alone, and the group's best speedup among candidates
+    correct with the target instructions."""
+    by = list(by)
+    cols = [*by, "samples", "turns", "completion_tokens_per_turn", "reasoning_tokens_per_turn",
+            "completion_tokens_per_sample", "correct_with_arch_rate", "best_speedup"]
+    if ds.empty:
+        return pd.DataFrame(columns=cols)
+    s = per_sample(ds)
     rows = []
-    for limit in limits:
-        per_run = _runs_upto(ds, limit)
-        for (arch, lang), g in per_run.groupby(["arch", "lang"], sort=False):
-            ran = g[g["runtime_ran"]]
-            rows.append({
-                "arch": arch, "lang": lang, "turn_limit": limit, "n": len(g), "n_runtime": len(ran),
-                "static_rate": g["census_ok"].mean() if len(g) else math.nan,
-                "correctness_rate": ran["correct"].mean() if len(ran) else math.nan,
-                "correct_with_arch_rate": ran["correct_with_arch"].mean() if len(ran) else math.nan,
-            })
-    df = pd.DataFrame(rows, columns=["arch", "lang", "turn_limit", "n", "n_runtime", "static_rate",
-                                     "correctness_rate", "correct_with_arch_rate"])
-    return sort_cells(df, ("arch", "lang", "turn_limit"))
+    for key, g in _groups(s, by):
+        turns = int(g["turns"].sum())
+        ran = g[g["runtime_available"]]
+        rows.append({**dict(zip(by, key)), "samples": len(g), "turns": turns,
+                     "completion_tokens_per_turn": _sum(g["completion_tokens"]) / turns if turns else math.nan,
+                     "reasoning_tokens_per_turn": _sum(g["reasoning_tokens"]) / turns if turns else math.nan,
+                     "completion_tokens_per_sample": g["completion_tokens"].mean(),
+                     "correct_with_arch_rate": ran["correct_with_arch"].mean() if len(ran) else math.nan,
+                     "best_speedup": g["best_speedup"].max()})
+    return sort_cells(pd.DataFrame(rows, columns=cols), by)
+
+
+def cost_table(ds: Dataset, by=("model", "task", "arch", "lang")) -> pd.DataFrame:
+    """Cost per group: samples, turns, tokens (prompt, completion, of which reasoning), USD in all, per sample and
+    per sample correct with the target instructions (litellm's prices; 0 for models it cannot price)."""
+    by = list(by)
+    cols = [*by, "samples", "turns", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd",
+            "usd_per_sample", "usd_per_correct_with_target"]
+    if ds.empty:
+        return pd.DataFrame(columns=cols)
+    s = per_sample(ds)
+    rows = []
+    for key, g in _groups(s, by):
+        cost = float(g["cost_usd"].fillna(0).sum())
+        k = int(g["correct_with_arch"].sum())
+        rows.append({**dict(zip(by, key)), "samples": len(g), "turns": int(g["turns"].sum()),
+                     "prompt_tokens": _sum(g["prompt_tokens"]), "completion_tokens": _sum(g["completion_tokens"]),
+                     "reasoning_tokens": _sum(g["reasoning_tokens"]), "cost_usd": cost,
+                     "usd_per_sample": cost / len(g) if len(g) else math.nan,
+                     "usd_per_correct_with_target": cost / k if k else math.nan})
+    return sort_cells(pd.DataFrame(rows, columns=cols), by)
 
 
 def best_turns(ds: Dataset) -> pd.DataFrame:
