@@ -111,11 +111,10 @@ def reply_text(model: str, messages, sample: int) -> tuple[str, int]:
 
 @pytest.fixture(scope="module")
 def scripted():
-    from litellm.types.utils import CompletionTokensDetailsWrapper
-
     from xlang.agent.llm import litellm_module
 
-    litellm = litellm_module()
+    litellm = litellm_module()  # first: it keeps litellm offline (no cost-map fetch)
+    from litellm.types.utils import CompletionTokensDetailsWrapper
 
     class Scripted(litellm.CustomLLM):
         def completion(self, *args, **kwargs):

@@ -20,7 +20,7 @@ _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (
 _PTXAS_USED = re.compile(r"ptxas info\s*:\s*Used (\d+) registers")
 _RES_FUNC = re.compile(r"^\s*Function\s+([^:\s]+):\s*$")
 _RES_FIELDS = re.compile(r"\b(REG|STACK|SHARED|LOCAL):(\d+)")
-_LOCATION = re.compile(r"([\w./\\-]+\.(?:cu|cuh|py|ptx)):(\d+)")
+_LOCATION = re.compile(r"([\w./\\-]+\.(?:cu|cuh|hpp|h|cpp|py|ptx)):(\d+)")
 
 
 def parse_ptxas_v(log: str | None) -> list[dict]:
