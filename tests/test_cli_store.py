@@ -14,23 +14,6 @@ from report_records import verdict
 from xlang.store import SCHEMA_VERSION, Store, StoreError
 
 
-@pytest.fixture
-def xlang(capsys):
-    """Run `xlang ARGS` in this process as a user would: (exit code, stdout, stderr)."""
-    from xlang.cli import main
-
-    def call(*args: str) -> tuple[int, str, str]:
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
-
-
 def one_line(err: str, *needles: str) -> None:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), err

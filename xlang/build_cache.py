@@ -128,7 +128,9 @@ def store(k: str, result) -> bool:
     workdir = Path(result.workdir).resolve()
     final = _entry(k)
     if final.exists():
-        return True
+        if _verified(final, k) is not None:
+            return True
+        shutil.rmtree(final, ignore_errors=True)  # torn or tampered: replaced by this build's files
     try:
         rels = [Path(p).resolve().relative_to(workdir) for p in _referenced(result)]
     except ValueError:
@@ -155,6 +157,21 @@ def store(k: str, result) -> bool:
         return False
 
 
+def _verified(entry: Path, k: str) -> dict | None:
+    """The entry's manifest when it is for key k and every file has its recorded sha256, else None."""
+    try:
+        manifest = json.loads((entry / "manifest.json").read_text())
+        if manifest.get("key") != k or not isinstance(manifest.get("files"), dict):
+            return None
+        for rel, digest in manifest["files"].items():
+            src = entry / "files" / rel
+            if Path(rel).is_absolute() or ".." in Path(rel).parts or src.is_symlink() or _sha256(src) != digest:
+                return None
+        return manifest
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def lookup(k: str, workdir: Path):
     """The cached result for key k with its files copied into workdir (verified first), else None."""
     if not enabled():
@@ -163,14 +180,10 @@ def lookup(k: str, workdir: Path):
 
     entry = _entry(k)
     try:
-        manifest = json.loads((entry / "manifest.json").read_text())
-        if manifest.get("key") != k:
+        manifest = _verified(entry, k)
+        if manifest is None:
             return None
         files = manifest["files"]
-        for rel, digest in files.items():
-            src = entry / "files" / rel
-            if Path(rel).is_absolute() or ".." in Path(rel).parts or src.is_symlink() or _sha256(src) != digest:
-                return None
         workdir = Path(workdir).resolve()
         for rel, digest in files.items():
             dest = workdir / rel

@@ -101,11 +101,30 @@ def archs_command(as_json: bool = typer.Option(False, "--json", help="print arch
     for r in fam_rows:
         what.add_row(r["family"], r["what"])
     console.print(keep_words(what, console))
-    # Patterns are single tokens of up to ~70 characters: one per line, never wrapped inside.
+    # Patterns are single tokens: one per line, never wrapped inside; a long one is split at its top-level
+    # alternatives ('|' outside parentheses), one per line.
     console.print("\n[bold]patterns[/bold] (regular expressions over PTX text and SASS opcodes)")
     for r in fam_rows:
-        console.print(f"{r['family']}\n  PTX   {r['ptx']}\n  SASS  {r['sass']}", markup=False, highlight=False,
-                      soft_wrap=True)
+        lines = [r["family"]]
+        for kind in ("ptx", "sass"):
+            alts = _alternatives(r[kind]) if len(r[kind]) + 8 > console.width else [r[kind]]
+            lines += [f"  {kind.upper():<4}  {alts[0]}"] + [f"        |{a}" for a in alts[1:]]
+        console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
+def _alternatives(pattern: str) -> list[str]:
+    """'a(b|c)|d' -> ['a(b|c)', 'd']: the top-level alternatives of a regular expression."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(pattern):
+        escaped = i > 0 and pattern[i - 1] == "\\"
+        if ch in "([" and not escaped:
+            depth += 1
+        elif ch in ")]" and not escaped:
+            depth -= 1
+        elif ch == "|" and depth == 0 and not escaped:
+            parts.append(pattern[start:i])
+            start = i + 1
+    return parts + [pattern[start:]]
 
 
 def _resolve(file: Path | None, lang: str, task_name: str, arch_name: str, shape: str | None):

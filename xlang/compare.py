@@ -289,7 +289,7 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
     from rich.table import Table
 
     from xlang.report import tables
-    from xlang.terminal import keep_words
+    from xlang.terminal import column_groups, keep_words
 
     display = tables.format_cells(result.stats)
     # A "not run (why)" reason is said once, as a footnote, not in each of a row's runtime columns.
@@ -303,24 +303,27 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
             notes[text] = marks[len(notes)] if len(notes) < len(marks) else f"[{len(notes) + 1}]"
         return f"not run{notes[text]}"
 
-    # No vertical rules: nine columns must fit 80 terminal columns without cutting a word.
-    table = Table(title=title or "xlang compare", show_lines=False, header_style="bold", box=box.SIMPLE_HEAD,
-                  show_edge=False)
-    for col in display.columns:
-        table.add_column(SHORT_HEADERS.get(col, col), justify="right" if col == "n" or "speedup" in col else "left",
-                         no_wrap=col in ("task", "arch", "lang"))
-    last = None
-    for _, row in display.iterrows():
-        if last is not None and row["task"] != last:
-            table.add_section()
-        last = row["task"]
-        cells = []
-        for col in display.columns:
-            text = short(str(row[col]))
-            style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else ""
-            cells.append(f"[{style}]{text}[/{style}]" if style else text)
-        table.add_row(*cells)
-    console.print(keep_words(table, console))
+    headers = [SHORT_HEADERS.get(c, c) for c in display.columns]
+    rows = [[short(str(row[c])) for c in display.columns] for _, row in display.iterrows()]
+    # No vertical rules; a table wider than the terminal even with every column at its longest word is split
+    # into parts, each repeating task, arch and lang, rather than cutting words.
+    title = title or "xlang compare"
+    for n, part in enumerate(column_groups(headers, rows, 3, console.width)):
+        table = Table(title=title if n == 0 else f"{title} (continued)", show_lines=False, header_style="bold",
+                      box=box.SIMPLE_HEAD, show_edge=False)
+        for i in part:
+            col = display.columns[i]
+            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col else "left", no_wrap=i < 3)
+        for k, row in enumerate(rows):
+            if k and row[0] != rows[k - 1][0]:
+                table.add_section()
+            cells = []
+            for i in part:
+                text = row[i]
+                style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else ""
+                cells.append(f"[{style}]{text}[/{style}]" if style else text)
+            table.add_row(*cells)
+        console.print(keep_words(table, console))
     for text, mark in notes.items():
         console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
     for line in tables.runtime_banners(result.dataset):

@@ -42,3 +42,20 @@ def keep_words(table, console):
     for col, w in zip(cols, widths):
         col.width = w
     return table
+
+
+def column_groups(headers: list[str], rows: list[list[str]], keys: int, width: int) -> list[list[int]]:
+    """Split a table's columns (after the first `keys`, repeated in each part) into parts that each fit `width`
+    when every column is as narrow as its longest word (rule-less table: 2 of padding + 1 between columns)."""
+    words = [max((len(w) for t in [h, *(r[i] for r in rows)] for w in t.split()), default=1)
+             for i, h in enumerate(headers)]
+    cost = [w + 3 for w in words]
+    base = sum(cost[:keys])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for i in range(keys, len(headers)):
+        if current and base + sum(cost[j] for j in current) + cost[i] > width + 1:
+            groups.append(current)
+            current = []
+        current.append(i)
+    return [list(range(keys)) + g for g in groups + [current]]
