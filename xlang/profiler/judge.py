@@ -212,7 +212,7 @@ class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
     def __init__(self, spec: dict, role: str, hello: dict, tool: list[str] | None = None, observer=None):
-        from xlang.sandbox import Jail, _Tail, child_env
+        from xlang.sandbox import Jail, _Tail, child_env, uid_for_slot
 
         self.role, self.observer = role, observer
         stage_dir = Path(spec["stage_dir"])
@@ -225,7 +225,8 @@ class Runner:
         if seed_cache and Path(seed_cache).is_dir() and role == "candidate":
             shutil.copytree(seed_cache, home / ".triton", symlinks=True, dirs_exist_ok=True)
         self.home = home
-        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None)
+        self.uid = uid_for_slot(int(spec.get("gpu_index") or 0))
+        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid)
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         cmd = (tool or []) + jail.command([sys.executable, "-m", "xlang.profiler.runner", str(child.fileno())])
@@ -292,8 +293,11 @@ class Runner:
         self.kill()
 
     def kill(self) -> None:
+        from xlang.sandbox import kill_uid
+
         if self.proc.poll() is None:
             self.proc.kill()
+        kill_uid(self.uid)  # anything of the candidate's uid still alive (a survivor of a relaxed jail)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -419,8 +423,8 @@ def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
         s = compare_output(name, got, reference[name], ctx["atol"], ctx["rtol"])
         stats.append(s)
         if "failure" in s:
-            raise Outcome("incorrect", describe_failure(s, call.shape, -1, -1, ctx["atol"], ctx["rtol"])
-                          .replace("trial -1, seed -1", where))
+            text = describe_failure(s, call.shape, -1, -1, ctx["atol"], ctx["rtol"])
+            raise Outcome("incorrect", text[: text.rfind(" (shape ")] + f" ({where})")
     return {"outputs": stats}
 
 
@@ -722,7 +726,9 @@ def run(spec: dict, progress) -> dict:
     ctx = {"spec": spec, "task": task, "kind": kind, "device": kind, "atol": task.tolerance["atol"],
            "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
            "secret": random.SystemRandom().randrange(1 << 30)}
-    result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"]}
+    from xlang.sandbox import level
+
+    result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"], "isolation": level()}
     try:
         if spec["mode"] == "check":
             try:
