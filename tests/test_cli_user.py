@@ -276,6 +276,7 @@ def test_build_limit_cleanup_keep_and_cache(xlang, tmp_path, monkeypatch):
 
     with Store(db, readonly=True) as s:
         assert [t["build"]["cached"] for t in s.turns()] == [True]
+        assert s.runs()[0]["versions"]["nvcc"].startswith("V13.")  # the toolchain that built it is recorded
     code, out, err = xlang("compare", "--arch", "h100", "--langs", "cuda_ptx", "--tasks", "gemm", "--profiler",
                            "none", "--store", tmp_path / "c.db", "--json")
     assert code == 0, err
