@@ -86,6 +86,9 @@ def test_missing_nvcc_stops_before_any_build(xlang, tmp_path, no_nvcc):
     code, _, err = xlang("build", GEMM_CU, *BUILD)
     assert code == 2
     one_line(err, "nvcc not found")
+    code, _, err = xlang("run", "-t", "gemm", "-l", "cuda_ptx", "-a", "h100", "-m", "reference", "--store", db)
+    assert code == 2 and not db.exists()
+    one_line(err, "nvcc not found")
 
 
 # ------------------------------------------------------------------------------------------- the worker
