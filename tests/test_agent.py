@@ -193,6 +193,7 @@ def test_reference_and_replay(tmp_path, monkeypatch):
         turns = store.turns(run_id="ref-triton")
         assert len(turns) == 1 and turns[0]["model"] == "reference" and turns[0]["cost_usd"] == 0
         assert turns[0]["code"] == GOOD["triton"].read_text()
+        assert store.run("ref-triton")["turns_limit"] == 1  # one turn by construction, whatever --turns says
         assert store.turns(run_id="ref-cuda") == []
         assert store.samples("ref-cuda")[0]["status"] == "missing"
     # replay without a run id: the newest run of this task and language in the database.

@@ -173,3 +173,13 @@ def test_scores_of_old_and_new_verdicts():
     assert new_missing["correct"] and new_missing["speedup"] == 0.4 and not new_missing["correct_with_target"]
     unknown = V.scores({"category": V.OK, "census_ok": None, "executed_ok": None, "correct": None})
     assert unknown["correct_with_target"]  # None: derived from the category, as for an old row
+
+
+def test_best_candidate_ranking():
+    correct_missing = {"category": V.MISSING_INSTRUCTIONS, "compiled": True, "census_ok": False, "correct": True}
+    never_ran = {"category": V.MISSING_INSTRUCTIONS, "compiled": True, "census_ok": False}
+    assert F.rank_key(V.OK, 0.5, {"category": V.OK}) < F.rank_key(V.MISSING_INSTRUCTIONS, 0.9, correct_missing) \
+        < F.rank_key(V.INCORRECT, None, {"category": V.INCORRECT}) \
+        < F.rank_key(V.MISSING_INSTRUCTIONS, None, never_ran)
+    assert F.rank_key(V.MISSING_INSTRUCTIONS, 0.9, correct_missing) < F.rank_key(V.MISSING_INSTRUCTIONS, 0.4,
+                                                                                correct_missing)

@@ -235,6 +235,9 @@ def test_store_records_loop_options(store):
         # --target-speedup 0.9: sample 0 stopped at turn 2, sample 1 at turn 5, sample 2 ran its 8 turns.
         assert [samples[("a-gemm-tri-h", k)]["turns_done"] for k in range(3)] == [2, 5, 8]
         assert "reached at turn 2" in samples[("a-gemm-tri-h", 0)]["note"]
+        # The best candidate of a sample: a correct one without the target families beats an incorrect one.
+        cu1 = samples[("a-gemm-cu-h", 1)]
+        assert (cu1["best_turn"], cu1["best_category"], cu1["best_speedup"]) == (3, V.MISSING_INSTRUCTIONS, 0.33)
         assert db.run("b-gemm-tri-h")["context"] == "single-user" and db.run("a-gemm-tri-h")["context"] == "trimmed"
         assert db.run("a-gemm-tri-h")["config"]["prompt_variants"] == ["base", "plan", "terse"]
         turns = db.turns(run_id="a-gemm-tri-h", sample_idx=1)

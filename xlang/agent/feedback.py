@@ -31,10 +31,14 @@ HEADLINES = {
 }
 
 
-def rank_key(category: str | None, speedup: float | None) -> tuple:
-    """Sort key, smaller is better: category rank, then higher speedup."""
+def rank_key(category: str | None, speedup: float | None, verdict: dict | None = None) -> tuple:
+    """Sort key, smaller is better: correct with the target instructions, then correct (read from the verdict
+    when given, else from the category), then the category's rank, then higher speedup. A candidate that is
+    correct without the required families (missing_instructions) ranks above one that is not correct."""
+    sc = V.scores(verdict if verdict else {"category": category or ""})
+    tier = 0 if sc["correct_with_target"] else 1 if sc["correct"] else 2
     r = RANK.index(category) if category in RANK else len(RANK)
-    return (r, -(speedup or 0.0))
+    return (tier, r, -(speedup or 0.0))
 
 
 def _fmt(x, digits=3) -> str:

@@ -162,7 +162,7 @@ class Run:
             n_samples = self.source.samples(cfg.samples)
             created = store.create_run(
                 run_id, task=cfg.task, lang=cfg.lang, arch=cfg.arch, model=cfg.model, source=self.source.kind,
-                docs_level=cfg.docs, turns_limit=cfg.turns, samples=n_samples, shape=self.shape,
+                docs_level=cfg.docs, turns_limit=self._turns_limit(), samples=n_samples, shape=self.shape,
                 sampling=cfg.sampling(), seed=cfg.seed, profiler=cfg.profiler,
                 config={"stop_on_ok": cfg.stop_on_ok, "max_cost": cfg.max_cost, "concurrency": cfg.concurrency,
                         "required": list(self.required), "runtime": self.runtime.name,
@@ -217,8 +217,9 @@ class Run:
             else self.source.turns(k, cfg.turns)
         history = [{"turn_idx": t["turn_idx"], "reply": t["reply"], "feedback": t["feedback"],
                     "category": t["category"], "speedup": t["speedup"]} for t in stored]
-        best = min(((h["turn_idx"], h["category"], h["speedup"]) for h in history if h["category"]),
-                   key=lambda b: F.rank_key(b[1], b[2]), default=None)
+        best_key, best = min(((F.rank_key(t["category"], t["speedup"], t.get("verdict")),
+                               (t["turn_idx"], t["category"], t["speedup"])) for t in stored if t["category"]),
+                             default=(None, None))
         reached = next((t["turn_idx"] for t in stored if self._reached(t.get("verdict"))), None)
         status, note = "done", ""
         if stored and stored[-1]["error"]:
@@ -255,9 +256,9 @@ class Run:
             j = judge(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
                       {"seed": seed})
             v = j.verdict
-            candidate = (turn_idx, v.category, v.speedup)
-            if best is None or F.rank_key(v.category, v.speedup) < F.rank_key(best[1], best[2]):
-                best = candidate
+            key = F.rank_key(v.category, v.speedup, v.to_dict())
+            if best is None or key < best_key:
+                best, best_key = (turn_idx, v.category, v.speedup), key
             fb = F.feedback_text(v, turn_idx=turn_idx, turns=turns, backend=self.backend, arch=self.arch,
                                  extract_note=no_code_note, best=best, code=code)
             if reached is None and self._reached(v.to_dict()):
@@ -282,6 +283,11 @@ class Run:
         store.update_sample(run_id, k, **fields)
         return SampleResult(k, status, note, *(best or (None, None, None)),
                             turns=len(store.turns(run_id=run_id, sample_idx=k)))
+
+    def _turns_limit(self) -> int:
+        """The run's turn limit as the tables count it: a reference run has one turn whatever --turns says."""
+        return min(self.cfg.turns, self.source.turns(0, self.cfg.turns)) if self.source.kind == "reference" \
+            else self.cfg.turns
 
     def _reached(self, verdict: dict | None) -> bool:
         """The target speedup is reached: correct with the target instructions, at least that fast."""
