@@ -50,14 +50,14 @@ def run_command(
 ):
     """Run the agent loop: a model writes the task's kernel in a language for an architecture, turn by turn."""
 
-    from rich.console import Console
     from rich.table import Table
 
     from xlang.agent.loop import RunConfig, run
     from xlang.store import default_store
     from xlang.task import parse_shape
+    from xlang.terminal import make_console
 
-    console = Console()
+    console = make_console()  # piped: not cut at 80 columns
     lock = threading.Lock()
     cfg = RunConfig(task=task, lang=lang, arch=arch, model=model, turns=turns, samples=samples, docs=docs,
                     profiler=profiler, store=store or default_store(),
