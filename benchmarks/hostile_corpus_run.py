@@ -51,7 +51,8 @@ def check(entry: dict, v, seconds: float) -> list[str]:
 
 def survivors() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,user,args"], capture_output=True, text=True).stdout.splitlines()
-    return [ln for ln in out[1:] if ln.split()[1:2] and ln.split()[1] in ("nobody", "65534", "65533")]
+    return [ln for ln in out[1:] if ln.split()[1:2] and ln.split()[1] in ("nobody", "65534", "65533")
+            and "<defunct>" not in ln]
 
 
 def main() -> int:

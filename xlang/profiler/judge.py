@@ -728,7 +728,8 @@ def run(spec: dict, progress) -> dict:
            "secret": random.SystemRandom().randrange(1 << 30)}
     from xlang.sandbox import level
 
-    result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"], "isolation": level()}
+    isolation = level() if spec["mode"] == "check" else ("uid" if level() != "process" else "process")
+    result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"], "isolation": isolation}
     try:
         if spec["mode"] == "check":
             try:
