@@ -128,6 +128,11 @@ def test_write_report_files(ds, tmp_path):
 def test_empty_report(tmp_path):
     rep = write_report(from_records([]), tmp_path / "empty")
     assert "Blackwell runtime was not run" in rep.index.read_text()
+    # Runs but no evaluated turn (every expert solution missing): the tables still come out.
+    only_missing = from_records([r for r in records() if r["status"] == "missing"])
+    rep = write_report(only_missing, tmp_path / "missing")
+    cells = tables.cell_stats(only_missing)
+    assert len(cells) == 1 and cells.iloc[0]["missing"] and "missing" in rep.markdown.read_text()
 
 
 def test_load_from_store(tmp_path):

@@ -116,7 +116,7 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
             "best_speedup_correct", "turns", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd",
             "runtime_note"]
     if turns.empty:
-        agg = pd.DataFrame(columns=cols)
+        agg = pd.DataFrame(columns=cols, index=pd.Index([], dtype=object, name="run_id"))
     else:
         t = turns.assign(target_speedup=turns["speedup"].where(turns["correct_with_arch"].astype(bool)),
                          not_run=turns["runtime_note"].str.startswith("not run"))
