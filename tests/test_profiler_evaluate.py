@@ -111,7 +111,7 @@ def test_compile_error(tmp_path):
 # A stand-in for the GPU worker: reports FAKE_STATUS; when ok, waits at the timing gate (if any) first.
 FAKE_WORKER = (
     "import json, os, sys, time\n"
-    "from xlang.profiler.worker import wait_at_gate\n"
+    "from xlang.profiler.judge import wait_at_gate\n"
     "spec = json.load(open(sys.argv[1]))\n"
     "status = os.environ['FAKE_STATUS']\n"
     "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {'torch': 'fake'},\n"

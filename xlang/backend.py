@@ -137,18 +137,39 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
                     timeout_s: float, what: str) -> tuple[dict | None, str | None, str]:
     """Run a Python-hosted language's static build (MODULE.main(source, task, arch, shape_json, out_dir)) in a
     sandboxed child; it leaves OUT_DIR/static_build.json. Returns (that report, error, the child's stdout)."""
-    from xlang.sandbox import python_child
+    from xlang.sandbox import Jail, inside, python_child, read_untrusted
 
     timeout_s = min(timeout_s, _build_limit.get())  # the caller's limit (build --timeout) wins when lower
+    # The candidate's Python runs here: jailed, with the build folder as its own HOME (its private JIT
+    # caches: never a cache another candidate wrote or will read).
     child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(workdir)],
-                         timeout=timeout_s, cwd=workdir, env=env)
-    report = workdir / "static_build.json"
+                         timeout=timeout_s, cwd=workdir, env=env, jail=Jail(home=workdir))
     if child.timed_out:
         return None, f"the build ({what}) exceeded {timeout_s:.0f} s", child.stdout
-    if not report.is_file():
+    text = read_untrusted(workdir / "static_build.json", limit=8 << 20)
+    try:
+        report = json.loads(text) if text is not None else None
+    except json.JSONDecodeError:
+        report = None
+    if not isinstance(report, dict):
         return None, "the build process died: " + trim_log(
             child.stderr or child.stdout or f"exit code {child.returncode}"), child.stdout
-    return json.loads(report.read_text()), None, child.stdout
+    outside = [p for p in _paths_in(report) if inside(p, workdir) is None]
+    if outside:  # the report names files we would read (cubins, PTX): only the build's own, no links
+        return None, f"the build named files outside its folder or through links: {outside[0][:200]}", ""
+    return report, None, child.stdout
+
+
+_FILE_KEYS = ("cubin", "ptx")
+
+
+def _paths_in(value, key: str = "") -> list[str]:
+    """The files a build report names for us to read (its cubins and PTX), wherever they sit in the JSON."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _paths_in(v, k)]
+    if isinstance(value, list):
+        return [p for v in value for p in _paths_in(v, key)]
+    return [value] if key in _FILE_KEYS and isinstance(value, str) else []
 
 
 def cache_dir(name: str) -> Path:
