@@ -78,3 +78,24 @@ def test_isolation_level_is_the_strongest_here():
     # CI and this machine run as root with user namespaces: the full jail must be what we get.
     if os.geteuid() == 0:
         assert level() == "bwrap+uid"
+
+
+def test_tool_stage_output_reaches_the_judge_only_through_its_channels(tmp_path):
+    """memcheck / ncu: the tool runs with the candidate; its log comes through a pipe into the judge's folder and
+    its report is copied out of the candidate's home (a stand-in tool here: a shell that writes both)."""
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / "cpu_gemm_honest.py").read_text())
+    tool = ["sh", "-c", 'echo "========= ERROR SUMMARY: 0 errors" > {LOG}; echo report > {REPORT}.ncu-rep; exec "$@"',
+            "tool"]
+    shape = {"M": 40, "N": 48, "K": 56}
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "tool": tool,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build)], "trials": [(shape, "normal", 3)], "timing": {"enabled": False}}
+    work = tmp_path / "eval"
+    work.mkdir(mode=0o700)
+    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
+    assert run.result["status"] == "ok", run.result
+    assert run.result["runner_exit"] == 0
+    assert "ERROR SUMMARY: 0 errors" in (work / "memcheck" / "tool.log").read_text()
+    assert (work / "memcheck" / "report.ncu-rep").read_text() == "report\n"

@@ -214,10 +214,10 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     tool = find_tool("compute-sanitizer")
     if tool is None:
         return {"ran": False, "note": "compute-sanitizer not found"}, None
-    log = workdir / "memcheck" / "memcheck.log"
+    log = workdir / "memcheck" / "tool.log"  # the judge drains the tool's log (a pipe) into its own folder
     log.parent.mkdir(mode=0o700, exist_ok=True)
     log.unlink(missing_ok=True)
-    prefix = san_mod.command(str(tool), []) + ["--log-file", str(log)]
+    prefix = san_mod.command(str(tool), []) + ["--log-file", "{LOG}"]
     spec = {**spec, "tool": prefix, "trials": spec["memcheck_trials"]}
     # No caching allocator in the judge either way: the candidate's buffers are allocations of their own.
     run = run_stage(spec, workdir, "memcheck", options.memcheck_timeout_s, env=_stage_env(options, gpu),
@@ -239,6 +239,10 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     judged = judge_stage("memcheck", run, options.memcheck_timeout_s)
     if judged is not None:
         return info, (judged[0], "under compute-sanitizer: " + judged[1])
+    code = (run.result or {}).get("runner_exit")
+    if code not in (0, san_mod.ERROR_EXIT_CODE):  # the tool itself must end well, or its log is not its last word
+        return info, (V.RUNTIME_ERROR, f"compute-sanitizer ended abnormally (exit {code}): the memory check is "
+                                       "not complete")
     if not parsed["summary_found"]:
         return info, (V.RUNTIME_ERROR, "compute-sanitizer wrote no ERROR SUMMARY: the memory check is not complete")
     return info, None
@@ -255,9 +259,9 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     report.parent.mkdir(mode=0o700, exist_ok=True)
     attempts, profiles, run = [], [], None
     for replay in NCU_ATTEMPTS:
-        report_file = Path(str(report) + ".ncu-rep")
+        report_file = Path(str(report) + ".ncu-rep")  # the judge copies it here from where ncu wrote it
         report_file.unlink(missing_ok=True)
-        prefix = ncu_mod.profile_command(str(tool), str(report), [], replay=replay, nvtx=False)
+        prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=False)
         run = run_stage({**spec, "tool": prefix, "trials": spec["ncu_trials"]}, workdir, "ncu",
                         options.ncu_timeout_s, env=_stage_env(options, gpu), cancel=cancel)
         attempt = {"replay": replay, "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out}

@@ -208,6 +208,23 @@ class RunnerGone(Exception):
         self.timed_out = timed_out
 
 
+def _drain_to(fd: int, path: Path, limit: int = 32 << 20):
+    """Copy a pipe into a file of ours (at most `limit` bytes kept), in a thread, until its writers close it."""
+    import threading
+
+    def run():
+        kept = 0
+        with os.fdopen(fd, "rb") as src, open(path, "wb") as dst:
+            while chunk := src.read(65536):
+                if kept < limit:
+                    dst.write(chunk[: limit - kept])
+                    kept += len(chunk)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
 class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
@@ -229,9 +246,22 @@ class Runner:
         jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid)
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        cmd = (tool or []) + jail.command([sys.executable, "-m", "xlang.profiler.runner", str(child.fileno())])
-        env = child_env(home=home, extra=dict(spec.get("env") or {}))
+        runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno())]
         fds = [child.fileno()]
+        self.tool_log = self.tool_report = None
+        if tool:
+            # The tool runs beside the candidate under the candidate's uid (the tools' injection and their
+            # host must share it). Its log reaches us through a pipe we drain into our own folder; its report
+            # is written in the candidate's home and copied out, never followed through a link.
+            log_r, log_w = os.pipe()
+            fds.append(log_w)
+            self.tool_log = (stage_dir / "tool.log", log_r, log_w)
+            self.tool_report = home / "report"
+            tool = [a.replace("{LOG}", f"/dev/fd/{log_w}").replace("{REPORT}", str(self.tool_report)) for a in tool]
+            cmd = jail.command(tool + runner_cmd)
+        else:
+            cmd = jail.command(runner_cmd)
+        env = child_env(home=home, extra=dict(spec.get("env") or {}))
         if observer is not None:
             obs_env, obs_fds = observer.child_args()
             env.update(obs_env)
@@ -241,6 +271,10 @@ class Runner:
         self.proc = subprocess.Popen(cmd, env=env, pass_fds=fds, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         child.close()
+        if self.tool_log is not None:
+            path, log_r, log_w = self.tool_log
+            os.close(log_w)
+            self.log_thread = _drain_to(log_r, path)
         if observer is not None:
             observer.start()
         self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
@@ -550,8 +584,9 @@ def correctness(ctx, runner: Runner, observer, prov, progress) -> dict:
             "worst": worst}
 
 
-def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: str) -> dict:
-    """Fresh inputs every call, L2 flushed before it, GPU time from the observer; a secret subset verified."""
+def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: str, verify_n: int | None = None) -> dict:
+    """Fresh inputs every call, L2 flushed before it, GPU time from the observer; a secret subset verified
+    (verify_n = 0 for the vendor: its call writes into an output of its own, and it is our code)."""
     import torch
 
     task, timing = ctx["task"], ctx["spec"]["timing"]
@@ -580,12 +615,13 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
     try:
         progress(f"timing {who}: first calls")
         for k in range(2):  # JIT compilation, autotuning, module loads
-            one(k, check=k == 1)
+            one(k, check=k == 1 and verify_n != 0)
         est = max(1e-3, one(2, check=False)[0 if observer is not None else 1] or 1e-3)
         warm = int(min(200, max(3, timing.get("sustain_s", 0.3) * 1e3 / est)))
         reps = int(min(timing.get("max_reps", 200), max(timing.get("min_reps", 20), timing.get("budget_s", 0.6) * 1e3 / est)))
         rng = random.Random(ctx["secret"] + hash(who) % 1000)
-        verified = set(rng.sample(range(reps), min(reps, int(timing.get("verify", 3))))) | {reps - 1}
+        n_verify = int(timing.get("verify", 3)) if verify_n is None else verify_n
+        verified = (set(rng.sample(range(reps), min(reps, n_verify))) | {reps - 1}) if n_verify else set()
         progress(f"timing {who}: {warm} warm-up calls, {reps} timed, {len(verified)} of them verified")
         for k in range(warm):
             one(3 + k, check=False)
@@ -637,7 +673,7 @@ def run_check(ctx, progress) -> dict:
         vendor_observer = _observer(spec)
         vendor_runner = Runner(spec, "vendor", {"op": "vendor", "task": task.name}, observer=vendor_observer)
         try:
-            base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor")
+            base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor", verify_n=0)
         finally:
             vendor_runner.close()
         result["timing"] = _timing_record(ctx, shape, cand, base, others, alone)
@@ -701,10 +737,23 @@ def run_tool_stage(ctx, tool: list[str], progress) -> dict:
         out = {"correctness": correctness(ctx, runner, None, None, progress)}
     finally:
         runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
+        _collect_tool_output(runner, spec)
     out["runner_exit"] = runner.proc.returncode
     out["runner_stdout"] = runner.out.text(1.0)[-20000:]
     out["runner_stderr"] = runner.err.text(1.0)[-20000:]
     return out
+
+
+def _collect_tool_output(runner: "Runner", spec: dict) -> None:
+    """The tool's log is already ours (a pipe); its report is copied out of the candidate's home."""
+    from xlang.sandbox import read_untrusted_bytes
+
+    if getattr(runner, "log_thread", None) is not None:
+        runner.log_thread.join(30)
+    if runner.tool_report is not None:
+        data = read_untrusted_bytes(Path(str(runner.tool_report) + ".ncu-rep"), 1 << 30)
+        if data:
+            (Path(spec["stage_dir"]) / "report.ncu-rep").write_bytes(data)
 
 
 def run(spec: dict, progress) -> dict:
