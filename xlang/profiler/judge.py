@@ -208,23 +208,6 @@ class RunnerGone(Exception):
         self.timed_out = timed_out
 
 
-def _drain_to(fd: int, path: Path, limit: int = 32 << 20):
-    """Copy a pipe into a file of ours (at most `limit` bytes kept), in a thread, until its writers close it."""
-    import threading
-
-    def run():
-        kept = 0
-        with os.fdopen(fd, "rb") as src, open(path, "wb") as dst:
-            while chunk := src.read(65536):
-                if kept < limit:
-                    dst.write(chunk[: limit - kept])
-                    kept += len(chunk)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
@@ -242,7 +225,9 @@ class Runner:
         if seed_cache and Path(seed_cache).is_dir() and role == "candidate":
             shutil.copytree(seed_cache, home / ".triton", symlinks=True, dirs_exist_ok=True)
         self.home = home
-        self.uid = uid_for_slot(int(spec.get("gpu_index") or 0))
+        stage_no = {"check": 0, "memcheck": 1, "ncu": 2}.get(spec.get("mode", "check"), 3) if role == "candidate" \
+            or tool else 3
+        self.uid = uid_for_slot(4 * int(spec.get("gpu_index") or 0) + stage_no)
         jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid)
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -250,14 +235,12 @@ class Runner:
         fds = [child.fileno()]
         self.tool_log = self.tool_report = None
         if tool:
-            # The tool runs beside the candidate under the candidate's uid (the tools' injection and their
-            # host must share it). Its log reaches us through a pipe we drain into our own folder; its report
-            # is written in the candidate's home and copied out, never followed through a link.
-            log_r, log_w = os.pipe()
-            fds.append(log_w)
-            self.tool_log = (stage_dir / "tool.log", log_r, log_w)
-            self.tool_report = home / "report"
-            tool = [a.replace("{LOG}", f"/dev/fd/{log_w}").replace("{REPORT}", str(self.tool_report)) for a in tool]
+            # The tool runs beside the candidate under the candidate's uid (measured on the H200: with the tool
+            # as root and only the target dropped, compute-sanitizer finds no target). It writes its log and
+            # report in the candidate's home; we copy them out afterwards, never through a link. (An inherited
+            # pipe as --log-file stayed empty: the tool closes other descriptors.)
+            self.tool_log, self.tool_report = home / "tool.log", home / "report"
+            tool = [a.replace("{LOG}", str(self.tool_log)).replace("{REPORT}", str(self.tool_report)) for a in tool]
             cmd = jail.command(tool + runner_cmd)
         else:
             cmd = jail.command(runner_cmd)
@@ -271,10 +254,6 @@ class Runner:
         self.proc = subprocess.Popen(cmd, env=env, pass_fds=fds, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         child.close()
-        if self.tool_log is not None:
-            path, log_r, log_w = self.tool_log
-            os.close(log_w)
-            self.log_thread = _drain_to(log_r, path)
         if observer is not None:
             observer.start()
         self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
@@ -748,12 +727,10 @@ def _collect_tool_output(runner: "Runner", spec: dict) -> None:
     """The tool's log is already ours (a pipe); its report is copied out of the candidate's home."""
     from xlang.sandbox import read_untrusted_bytes
 
-    if getattr(runner, "log_thread", None) is not None:
-        runner.log_thread.join(30)
-    if runner.tool_report is not None:
-        data = read_untrusted_bytes(Path(str(runner.tool_report) + ".ncu-rep"), 1 << 30)
+    for source, name in ((runner.tool_log, "tool.log"), (Path(str(runner.tool_report) + ".ncu-rep"), "report.ncu-rep")):
+        data = read_untrusted_bytes(source, 1 << 30) if source is not None else None
         if data:
-            (Path(spec["stage_dir"]) / "report.ncu-rep").write_bytes(data)
+            (Path(spec["stage_dir"]) / name).write_bytes(data)
 
 
 def run(spec: dict, progress) -> dict:
