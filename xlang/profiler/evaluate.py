@@ -248,9 +248,9 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     return info, None
 
 
-def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, check_kernels,
-              cancel=None):
-    """check_kernels: a callable giving the kernel names the observer saw in the check stage (after it ran)."""
+def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, cancel=None):
+    """The profiled call is the last of spec["ncu_trials"] (an NVTX range; the calls before it compile and
+    autotune). Its kernels are compared with an observed timed call's at the end of evaluate()."""
     tool = find_tool("ncu")
     if tool is None:
         return {"ran": False, "note": "ncu (Nsight Compute) not found"}, (
@@ -261,9 +261,9 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     for replay in NCU_ATTEMPTS:
         report_file = Path(str(report) + ".ncu-rep")  # the judge copies it here from where ncu wrote it
         report_file.unlink(missing_ok=True)
-        prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=False)
-        run = run_stage({**spec, "tool": prefix, "trials": spec["ncu_trials"]}, workdir, "ncu",
-                        options.ncu_timeout_s, env=_stage_env(options, gpu), cancel=cancel)
+        prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=True)
+        run = run_stage({**spec, "tool": prefix, "trials": spec["ncu_trials"], "nvtx_last": ncu_mod.NVTX_RANGE},
+                        workdir, "ncu", options.ncu_timeout_s, env=_stage_env(options, gpu), cancel=cancel)
         attempt = {"replay": replay, "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out}
         attempts.append(attempt)
         if run.child.timed_out or run.child.cancelled:
@@ -281,21 +281,17 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    seen = check_kernels() or {}
-    names = sorted(set(spec["build_kernels"]) | set(seen.get("own", [])))
-    shape = spec["ncu_trials"][0][0]
+    # Every kernel in the profiled call is the candidate's doing (the runner launches nothing of its own):
+    # all of them count in the math, except vendor kernels, which are forbidden.
+    names = sorted({p.name for p in profiles if not ncu_mod.forbidden_reason(p.name)})
+    shape = spec["ncu_trials"][-1][0]
     summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
+    info["profiled_names"] = sorted(p.name for p in profiles)
     info.update(summary)
     if summary["forbidden_kernels"]:
         k = summary["forbidden_kernels"][0]
         return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
                                         f"vendor/torch compute kernel(s), e.g. {k['name'][:120]} ({k['why']})")
-    if seen.get("all"):  # the same kernels under Nsight Compute as in the observed check stage
-        under_ncu = {ncu_mod._identifier(p.name) for p in profiles}
-        observed = {ncu_mod._identifier(n) for n in seen["all"]}
-        if under_ncu - observed:
-            return info, (V.NOT_EXECUTED, "under Nsight Compute the candidate ran kernels it never ran in the "
-                                          f"observed correctness and timing calls: {', '.join(sorted(under_ncu - observed))[:300]}")
     if summary["missing"]:
         counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
         extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
@@ -308,6 +304,23 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     if why:
         return info, (V.NOT_EXECUTED, why)
     return info, None
+
+
+def _same_kernels(executed: dict | None, observed: list | None):
+    """One observed world: the kernels Nsight Compute profiled in its call must be, name for name and count for
+    count, those the observer saw in a timed call (a candidate that behaves differently under the profiler,
+    or hides work outside the profiled range, fails here). None when either side is missing."""
+    profiled = (executed or {}).get("profiled_names")
+    if not profiled or observed is None:
+        return None
+    norm = lambda names: sorted("".join(n.split())[:200] for n in names)  # noqa: E731 - as the observer writes them
+    if norm(profiled) == norm(observed):
+        return None
+    only_ncu = sorted(set(norm(profiled)) - set(norm(observed)))
+    only_obs = sorted(set(norm(observed)) - set(norm(profiled)))
+    return (V.NOT_EXECUTED, f"the call profiled by Nsight Compute ran other kernels than a timed call: "
+                            f"{len(profiled)} vs {len(observed)} launches; only under ncu: {only_ncu[:3]}; "
+                            f"only when timed: {only_obs[:3]}")
 
 
 def _own_cubins(build, folder: Path) -> list[str]:
@@ -509,7 +522,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "own_cubins": _own_cubins(build, workdir / "own-cubins"), "observer_library": library,
         "build_kernels": [k.name for k in build.kernels],
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
-        "ncu_trials": [(shapes[0], "normal", seed + 700)],
+        "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
         "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed},
         "call_timeout_s": options.check_timeout_s,
     }
@@ -538,11 +551,6 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             stage_seconds["check"] = round(time.monotonic() - t0, 2)
             check_done.set()
 
-    def check_kernels():
-        check_done.wait()
-        run = check_box.get("run")
-        return ((run.result or {}).get("kernels_seen") if run else None) or {}
-
     def timed(name, fn, *args):
         t0 = time.monotonic()
         try:
@@ -557,7 +565,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu, side_cancel)
         if options.ncu:
             ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, arch, required, task,
-                                     check_kernels, side_cancel)
+                                     side_cancel)
     side = [f for f in (mem_future, ncu_future) if f is not None]
     # Timing waits at the gate until memcheck and ncu are done; a failed check stops them.
     while side and not all(f.done() for f in side):
@@ -588,8 +596,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         if options.memcheck:
             mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu)
         if options.ncu:
-            ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, arch, required, task,
-                                     check_kernels)
+            ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, arch, required, task)
     failures = []
     if mem_future is not None:
         verdict.memcheck, failure = mem_future.result()
@@ -602,6 +609,9 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         failures.append(failure)
     else:
         verdict.executed = {"ran": False, "note": "skipped (--no-ncu): instructions not verified at run time"}
+    world = _same_kernels(verdict.executed, (check.result or {}).get("timed_call_kernels"))
+    if world:
+        failures.append(world)
     failures = [f for f in failures if f]
     if failures:
         if any(f[0] == V.NOT_EXECUTED for f in failures) and len(failures) == 1 and census_failure:

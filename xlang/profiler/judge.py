@@ -361,7 +361,7 @@ class Call:
         for s in self.shared.values():
             s.poison_slack()
 
-    def run(self, runner: Runner, timeout: float) -> None:
+    def run(self, runner: Runner, timeout: float, nvtx: str | None = None) -> None:
         if runner not in self.mapped:
             bufs = list(self.shared.values())
             reply = runner.request({"op": "map", "set": self.id, "buffers": [b.meta.to_dict() for b in bufs]},
@@ -371,7 +371,7 @@ class Call:
             self.mapped.add(runner)
         _sync(self.ctx)
         try:
-            reply = runner.request({"op": "call", "set": self.id, "sizes": self.sizes}, timeout=timeout)
+            reply = runner.request({"op": "call", "set": self.id, "sizes": self.sizes, "nvtx": nvtx}, timeout=timeout)
         except RunnerGone as e:
             raise Outcome("timeout" if e.timed_out else "runtime_error", f"the candidate's call: {e}") from None
         if reply.get("op") == "error":
@@ -532,17 +532,20 @@ def _flush(observer, prov, timeout=60.0):
     return records
 
 
-def correctness(ctx, runner: Runner, observer, prov, progress) -> dict:
+def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | None = None) -> dict:
+    """Every trial of spec["trials"]; nvtx_last: the name of an NVTX range around the last call (the one
+    Nsight Compute profiles: the calls before it take the JIT compilation and autotuning)."""
     spec, task = ctx["spec"], ctx["task"]
     trials = []
     for i, (shape, kind, seed) in enumerate(spec["trials"]):
+        last = i == len(spec["trials"]) - 1
         where = f"shape {format_shape(shape)}, inputs '{kind}', seed {seed}"
         progress(f"trial {i}: {where}")
         call = Call(ctx, shape)
         try:
             inputs = _make_inputs(task, shape, seed, ctx["device"], kind)
             call.fill(inputs)
-            call.run(runner, ctx["call_timeout_s"])
+            call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None)
             _flush(observer, prov)
             rec = verify(ctx, call, inputs, where)
         finally:
@@ -584,6 +587,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         t0 = time.perf_counter()
         call.run(runner, ctx["call_timeout_s"])
         records = _flush(observer, prov)
+        LAST["records"] = records
         wall_ms = (time.perf_counter() - t0) * 1e3
         if check:
             verify(ctx, call, inputs, f"timed call {k} of the {who}")
@@ -608,11 +612,22 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
             span, w = one(3 + warm + k, check=k in verified)
             spans.append(span)
             wall.append(w)
+        last_call = sorted(k.name for k in _kernels(LAST["records"]))
     finally:
         call.close([runner])
     samples = spans if observer is not None else wall
     return {"stats": _stats(samples), "method": "cupti_kernel_span" if observer is not None else "wall_clock_ipc",
-            "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall)}
+            "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall),
+            "call_kernels": last_call if observer is not None else None}
+
+
+LAST: dict = {"records": []}
+
+
+def _kernels(records):
+    from xlang.profiler.observer import kernels
+
+    return kernels(records)
 
 
 def gpu_processes() -> list[int] | None:
@@ -656,6 +671,7 @@ def run_check(ctx, progress) -> dict:
         finally:
             vendor_runner.close()
         result["timing"] = _timing_record(ctx, shape, cand, base, others, alone)
+        result["timed_call_kernels"] = cand.get("call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
         return result
     finally:
@@ -713,7 +729,7 @@ def run_tool_stage(ctx, tool: list[str], progress) -> dict:
     spec = ctx["spec"]
     runner = Runner(spec, spec["mode"], spec["hello"], tool=tool)
     try:
-        out = {"correctness": correctness(ctx, runner, None, None, progress)}
+        out = {"correctness": correctness(ctx, runner, None, None, progress, nvtx_last=spec.get("nvtx_last"))}
     finally:
         runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
         _collect_tool_output(runner, spec)

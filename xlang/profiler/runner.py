@@ -9,7 +9,7 @@ that text is used as feedback, never as evidence.
 Protocol: one JSON message per SOCK_SEQPACKET datagram (file descriptors ride along with `map`):
   judge -> runner  {"op": "hello", "device": "cuda"|"cpu", "lang": L, "load": PATH} | {"op": "vendor", "task": T}
                    {"op": "map", "set": ID, "buffers": [BufferMeta...]} + one fd per buffer
-                   {"op": "call", "set": ID, "sizes": [...]}    {"op": "unmap", "set": ID}    {"op": "exit"}
+                   {"op": "call", "set": ID, "sizes": [...], "nvtx": NAME?}    {"op": "unmap", "set": ID}    {"op": "exit"}
   runner -> judge  {"op": "ready"} | {"op": "mapped"} | {"op": "done"} | {"op": "error", "detail": TEXT}
 """
 
@@ -111,9 +111,18 @@ def serve(sock: socket.socket) -> None:
             send(sock, {"op": "unmapped"})
         elif op == "call":
             args = [m.tensor for m in sets[msg["set"]]] + list(msg["sizes"])
+            nvtx = msg.get("nvtx") if device == "cuda" else None  # the call Nsight Compute is to profile
             try:
-                entry(*args)
-                _sync(device)
+                if nvtx:
+                    import torch
+
+                    torch.cuda.nvtx.range_push(nvtx)
+                try:
+                    entry(*args)
+                    _sync(device)
+                finally:
+                    if nvtx:
+                        torch.cuda.nvtx.range_pop()
             except BaseException as e:  # noqa: BLE001 - the candidate's own failure, as feedback
                 send(sock, {"op": "error", "detail": candidate_trace(e, files)})
                 continue
