@@ -3,8 +3,8 @@
 Shared by the agent loop (writer) and the reports (reader). One file, WAL mode, FULL sync: every committed
 transaction survives a SIGKILL of the writer at any point; readers in other processes never block the writer.
 
-Schema (version 2; version 2 added runs.context, samples.prompt_variant, turns.reasoning_tokens and
-turns.reasoning):
+Schema (version 3; version 2 added runs.context, samples.prompt_variant, turns.reasoning_tokens and
+turns.reasoning; version 3 added runs.notes_level and turns.notes_json):
 
   runs     one `xlang run` invocation (or a resumed one: the same run_id).
            run_id PK · created_at · task · lang · arch · model (as given: litellm string, 'reference',
@@ -13,7 +13,7 @@ turns.reasoning):
            profiler · config_json (everything else: stop_on_ok, max_cost, concurrency, replay_of, ...) ·
            versions_json (python, litellm, triton, nvcc, ...) · status ('running' | 'done' | 'budget' |
            'error') · cost_usd · finished_at · context (the context policy: trimmed | full | latest-pair |
-           single-user)
+           single-user) · notes_level (fix-note retrieval: none | bm25 | bm25+kernel; NULL: none)
   samples  one trajectory.  PK (run_id, sample_idx) · seed · status ('running' | 'done' | 'missing' |
            'budget' | 'error') · note · best_turn · best_category · best_speedup · turns_done ·
            cost_usd · started_at · finished_at · prompt_variant (the named prompt variant of this sample)
@@ -25,7 +25,8 @@ turns.reasoning):
            speedup · prompt_tokens · completion_tokens · total_tokens · cost_usd · llm_seconds ·
            build_seconds · eval_seconds · wall_seconds · sampling_json · seed · error (provider error text
            when the reply could not be obtained) · reasoning_tokens (the provider's count, part of
-           completion_tokens) · reasoning (the reasoning text the provider returned)
+           completion_tokens) · reasoning (the reasoning text the provider returned) · notes_json (the fix
+           notes added to this turn's feedback: a list of {id, score, category, task, lang, arch}; NULL: none)
   meta     key/value: schema_version.
 
 Readers (`Store(path, readonly=True)`: report, trajectory, replay) open the file with SQLite's mode=ro (immutable
@@ -49,7 +50,7 @@ from pathlib import Path
 
 from xlang.errors import XlangError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_PATH = "xlang-runs/results.db"
 STORE_ENV = "XLANG_STORE"
 
@@ -80,7 +81,8 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL DEFAULT 'running',
     cost_usd REAL NOT NULL DEFAULT 0,
     finished_at REAL,
-    context TEXT
+    context TEXT,
+    notes_level TEXT
 );
 CREATE TABLE IF NOT EXISTS samples (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -125,6 +127,7 @@ CREATE TABLE IF NOT EXISTS turns (
     error TEXT,
     reasoning_tokens INTEGER,
     reasoning TEXT,
+    notes_json TEXT,
     PRIMARY KEY (run_id, sample_idx, turn_idx),
     FOREIGN KEY (run_id, sample_idx) REFERENCES samples(run_id, sample_idx)
 );
@@ -136,13 +139,13 @@ CREATE VIEW IF NOT EXISTS turn_view AS
 """
 
 _JSON_COLUMNS = {"messages_json", "build_json", "verdict_json", "sampling_json", "shape_json", "config_json",
-                 "versions_json"}
+                 "versions_json", "notes_json"}
 _TURN_COLUMNS = ("model", "messages_json", "reply", "code", "build_json", "verdict_json", "category", "feedback",
                  "speedup", "prompt_tokens", "completion_tokens", "total_tokens", "cost_usd", "llm_seconds",
                  "build_seconds", "eval_seconds", "wall_seconds", "sampling_json", "seed", "error", "reasoning_tokens",
-                 "reasoning")
+                 "reasoning", "notes_json")
 _RUN_COLUMNS = ("task", "lang", "arch", "model", "source", "docs_level", "turns_limit", "samples", "shape_json",
-                "sampling_json", "seed", "profiler", "config_json", "versions_json", "context")
+                "sampling_json", "seed", "profiler", "config_json", "versions_json", "context", "notes_level")
 
 
 def _dump(value):
@@ -366,12 +369,12 @@ class Store:
                    docs_level: str | None = None, turns_limit: int | None = None, samples: int | None = None,
                    shape: dict | None = None, sampling: dict | None = None, seed: int | None = None,
                    profiler: str | None = None, config: dict | None = None, versions: dict | None = None,
-                   context: str | None = None) -> bool:
+                   context: str | None = None, notes_level: str | None = None) -> bool:
         """Insert the run; False (and nothing changed) when run_id exists already (a resumed run)."""
         values = dict(task=task, lang=lang, arch=arch, model=model, source=source, docs_level=docs_level,
                       turns_limit=turns_limit, samples=samples, shape_json=_dump(shape), sampling_json=_dump(sampling),
                       seed=seed, profiler=profiler, config_json=_dump(config), versions_json=_dump(versions),
-                      context=context)
+                      context=context, notes_level=notes_level)
         cur = self._execute(
             f"INSERT OR IGNORE INTO runs (run_id, created_at, {', '.join(_RUN_COLUMNS)}) "
             f"VALUES (?, ?, {', '.join('?' * len(_RUN_COLUMNS))})",
@@ -420,7 +423,7 @@ class Store:
                  build_seconds: float | None = None, eval_seconds: float | None = None,
                  wall_seconds: float | None = None, model: str | None = None, sampling: dict | None = None,
                  seed: int | None = None, error: str | None = None, reasoning_tokens: int | None = None,
-                 reasoning: str | None = None) -> bool:
+                 reasoning: str | None = None, notes: list | None = None) -> bool:
         """Insert one turn; False (nothing written) when that (run, sample, turn) is stored already."""
         if category is None and verdict is not None:
             category = verdict.get("category")
@@ -429,7 +432,7 @@ class Store:
                       prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=total_tokens,
                       cost_usd=float(cost_usd or 0.0), llm_seconds=llm_seconds, build_seconds=build_seconds,
                       eval_seconds=eval_seconds, wall_seconds=wall_seconds, sampling_json=_dump(sampling), seed=seed,
-                      error=error, reasoning_tokens=reasoning_tokens, reasoning=reasoning)
+                      error=error, reasoning_tokens=reasoning_tokens, reasoning=reasoning, notes_json=_dump(notes))
         cur = self._execute(
             f"INSERT OR IGNORE INTO turns (run_id, sample_idx, turn_idx, created_at, {', '.join(_TURN_COLUMNS)}) "
             f"VALUES (?, ?, ?, ?, {', '.join('?' * len(_TURN_COLUMNS))})",
