@@ -115,7 +115,8 @@ FAKE_WORKER = (
     "spec = json.load(open(sys.argv[1]))\n"
     "status = os.environ['FAKE_STATUS']\n"
     "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {'torch': 'fake'},\n"
-    "       'correctness': {'passed': status == 'ok', 'shapes': spec['shapes'], 'trials_per_shape': 3, 'trials': []}}\n"
+    "       'isolation': 'fake', 'correctness': {'passed': status == 'ok', 'trials': len(spec['trials']),\n"
+    "                                            'shapes': [t[0] for t in spec['trials']], 'kinds': ['normal']}}\n"
     "if status == 'ok' and wait_at_gate(spec['timing'], lambda text: None):\n"
     "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS',\n"
     "                     'started': time.time()}\n"
@@ -138,7 +139,8 @@ def _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch):
     fake.write_text(FAKE_WORKER)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
     monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
-    monkeypatch.setattr(ev, "worker_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
+    monkeypatch.setattr(ev, "judge_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
+    monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
     return task, arch, build
 

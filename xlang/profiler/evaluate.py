@@ -109,6 +109,10 @@ class StageRun:
         return lines[-1] if lines else "starting the judge"
 
 
+def judge_command(spec_path: Path) -> list[str]:
+    return [sys.executable, "-m", JUDGE_MODULE, str(spec_path)]
+
+
 def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict | None = None, cancel=None,
               deadline=None, child_cmd: list[str] | None = None) -> StageRun:
     """Write the spec, run the judge for one stage (it starts the candidate's process itself), read its result.
@@ -122,7 +126,7 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict |
     spec_path = stage_dir / "spec.json"
     spec_path.write_text(json.dumps(spec, default=str))
     start = time.monotonic()
-    cmd = child_cmd or [sys.executable, "-m", JUDGE_MODULE, str(spec_path)]  # child_cmd: tests only
+    cmd = child_cmd or judge_command(spec_path)  # child_cmd: tests only
     child = run_child(cmd, timeout, cwd=stage_dir, env=env,
                       cancel=cancel, deadline=deadline(start) if deadline else None)
     out = Path(spec["out"])
