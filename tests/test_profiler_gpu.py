@@ -39,6 +39,8 @@ def _assert_ok_with_tc(v):
     assert v.category == V.OK, v.detail
     fams = v.executed["families"]
     assert fams["wgmma"] > 0 and fams["tma"] > 0, fams
+    assert v.executed_ok and v.correct and v.census_ok and v.isolation == "bwrap+uid"
+    assert v.timing["method"] == "cupti_kernel_span"
     assert v.timing["speedup"] and v.timing["speedup"] > 0
     assert v.correctness["passed"] and len(v.correctness["shapes"]) >= 2
     assert v.memcheck["ran"] and v.memcheck["errors"] == 0
@@ -67,9 +69,11 @@ def test_incorrect_candidates(name, expect):
 
 
 def test_out_of_bounds_read_is_memory_error():
+    # The guard range after every buffer makes the read fault in the observed check itself (and memcheck
+    # reports it where it gets that far).
     v = _eval(BAD / "oob_read.py", "triton", SMALL, ncu=False, timing=False)
     assert v.category == V.MEMORY_ERROR, v.detail
-    assert v.memcheck["errors"] > 0
+    assert "illegal memory access" in v.detail or (v.memcheck or {}).get("errors")
 
 
 def test_dead_branch_wgmma_is_not_executed():
@@ -91,7 +95,7 @@ def test_cuda_dead_wgmma_kernel_is_not_executed():
 def test_runtime_cublas_is_forbidden():
     v = _eval(BAD / "runtime_matmul.py", "triton", SMALL, memcheck=False, timing=False)
     assert v.category == V.FORBIDDEN_CALL, v.detail
-    assert v.executed["forbidden_kernels"]
+    assert "nvjet" in v.detail or "gemm" in v.detail  # seen by the CUPTI observer in the check itself
 
 
 def test_incorrect_candidate_under_full_verdict_stops_memcheck_and_ncu():
