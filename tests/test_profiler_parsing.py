@@ -115,7 +115,7 @@ def test_parse_memcheck_clean():
 
 def test_worker_comparisons_on_cpu():
     torch = pytest.importorskip("torch")
-    from xlang.profiler import worker
+    from xlang.profiler import judge as worker
 
     ref = torch.randn(4, 5)
     got = ref.clone().to(torch.bfloat16)

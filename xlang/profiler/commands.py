@@ -111,8 +111,8 @@ def print_verdict(v) -> None:
                           str(s["reps"]), f"{tf:.1f}" if tf else "-")
         console.print(table)
         flag = "  [red]beyond roofline (suspicious)[/red]" if t.get("beyond_roofline") else ""
-        if t.get("side_stream_suspect"):
-            flag += "  [yellow]work outside the harness stream: timed by wall clock[/yellow]"
+        if t.get("method") != "cupti_kernel_span":
+            flag += f"  [yellow]timed by {t.get('method')} (no CUPTI observer here)[/yellow]"
         console.print(f"speedup {t['speedup']:.3f}x vs {t.get('baseline_name')}{flag}")
     m = v.memcheck or {}
     if m:
