@@ -128,6 +128,10 @@ class Task:
     # Value distributions make_inputs knows; the judge cycles through them across trials (input_kind(trial)).
     # "normal" (N(0,1)) is first; the others are adversarial for precision shortcuts (see the task's module).
     input_kinds: tuple[str, ...] = ("normal",)
+    # "Instructions executed" means the work (Nsight Compute, executed SASS): the required tensor-core family's
+    # share of the candidate's math, and its FLOPs against the task's (xlang.profiler.ncu.work_check).
+    min_tc_share: float = 0.5
+    tc_flops_ratio: tuple[float, float] = (0.5, 2.0)
 
     def shape(self, overrides: dict[str, int] | None = None) -> dict[str, int]:
         shape = dict(self.default_shape)

@@ -303,8 +303,7 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         return info, (V.NOT_EXECUTED, f"required famil{'y' if len(summary['missing']) == 1 else 'ies'} "
                                       f"{', '.join(summary['missing'])} executed by 0 threads at run time "
                                       f"(predicated-on threads: {counts}){extra}")
-    why = ncu_mod.work_check(summary, min_share=getattr(task, "min_tc_share", 0.5),
-                             ratio=getattr(task, "tc_flops_ratio", (0.5, 2.0)))
+    why = ncu_mod.work_check(summary, min_share=task.min_tc_share, ratio=task.tc_flops_ratio)
     if why:
         return info, (V.NOT_EXECUTED, why)
     return info, None

@@ -138,12 +138,30 @@ class Exclusive:
         self.path = os.path.join(tempfile.gettempdir(), f"xlang-gpu-{gpu.get('index', 0)}.lock")
         self.fd = None
 
-    def acquire(self) -> "Exclusive":
+    def acquire(self, timeout_s: float | None = None) -> "Exclusive":
+        """Wait for the GPU, at most timeout_s (XLANG_GPU_LOCK_TIMEOUT_S, default an hour): a holder that never
+        lets go gets one clear error, not a hang. The lock file is ours alone (0600): a candidate's uid cannot
+        even open it, so it cannot hold it."""
         import fcntl
+        import time
 
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o666)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)  # a separate open file per holder: threads exclude each other too
-        return self
+        limit = float(timeout_s if timeout_s is not None else os.environ.get("XLANG_GPU_LOCK_TIMEOUT_S", 3600))
+        try:
+            self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        except PermissionError:  # another user's lock file: ours beside it
+            self.path += f".{os.getuid()}"
+            self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        give_up = time.monotonic() + limit
+        while True:
+            try:  # a separate open file per holder: threads exclude each other too
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() > give_up:
+                    os.close(self.fd)
+                    self.fd = None
+                    raise XlangError(f"GPU {self.path}: still held by another evaluation after {limit:.0f} s")
+                time.sleep(0.05)
 
     def release(self) -> None:
         if self.fd is not None:

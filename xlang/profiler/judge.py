@@ -660,6 +660,13 @@ def run_check(ctx, progress) -> dict:
         shape = spec["timed_shape"]
         cand = time_calls(ctx, runner, observer, prov, shape, progress, "candidate")
         others = gpu_processes()
+        extra = [p for p in (others or []) if p != os.getpid()]
+        if len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
+            raise Outcome("forbidden_call", f"{len(extra)} processes besides the judge held the GPU while the "
+                                            "candidate was timed: GPU work in a process the judge cannot observe")
+        if observer is not None and cand["stats"]["median_ms"] > cand["wall_stats"]["median_ms"] * 1.05 + 0.05:
+            raise Outcome("runtime_error", "the observer's GPU time exceeds the judge's own wall clock around the "
+                                           "same calls: the observer's records cannot be trusted")
         runner.close()
         runner = None
         # The vendor runs with no candidate process alive: wait until the GPU lists only us.
