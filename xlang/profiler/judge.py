@@ -630,14 +630,15 @@ def _kernels(records):
     return kernels(records)
 
 
-def gpu_processes() -> list[int] | None:
-    """PIDs (as this PID namespace sees them) of the processes holding a context on GPU 0, from NVML."""
+def gpu_processes(index: int = 0) -> list[int] | None:
+    """PIDs of the processes holding a context on the GPU of NVML index `index` (NVML ignores
+    CUDA_VISIBLE_DEVICES; the parent passes the index it chose)."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
             return sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)})
         finally:
             pynvml.nvmlShutdown()
@@ -659,9 +660,10 @@ def run_check(ctx, progress) -> dict:
             return result
         shape = spec["timed_shape"]
         cand = time_calls(ctx, runner, observer, prov, shape, progress, "candidate")
-        others = gpu_processes()
+        others = gpu_processes(spec.get("gpu_index") or 0)
         extra = [p for p in (others or []) if p != os.getpid()]
-        if len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
+        # Only where NVML's PIDs are ours (it lists the judge itself): in a container they may be the host's.
+        if others and os.getpid() in others and len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
             raise Outcome("forbidden_call", f"{len(extra)} processes besides the judge held the GPU while the "
                                             "candidate was timed: GPU work in a process the judge cannot observe")
         if observer is not None and cand["stats"]["median_ms"] > cand["wall_stats"]["median_ms"] * 1.05 + 0.05:
@@ -670,7 +672,7 @@ def run_check(ctx, progress) -> dict:
         runner.close()
         runner = None
         # The vendor runs with no candidate process alive: wait until the GPU lists only us.
-        alone = _wait_alone(progress)
+        alone = _wait_alone(progress, spec.get("gpu_index") or 0)
         vendor_observer = _observer(spec)
         vendor_runner = Runner(spec, "vendor", {"op": "vendor", "task": task.name}, observer=vendor_observer)
         try:
@@ -686,11 +688,11 @@ def run_check(ctx, progress) -> dict:
             runner.kill()
 
 
-def _wait_alone(progress, limit_s: float = 10.0) -> dict:
+def _wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
     me = os.getpid()
     t0 = time.monotonic()
     while True:
-        pids = gpu_processes()
+        pids = gpu_processes(index)
         if pids is None:
             return {"checked": False}
         others = [p for p in pids if p != me]
