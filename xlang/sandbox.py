@@ -350,21 +350,9 @@ def python_child(module: str, args: list[str], timeout: float, cwd: Path | None 
 
 
 def read_untrusted(path: Path, limit: int = 1 << 20) -> str | None:
-    """A file a candidate could have written: never through a symlink, only a regular file, at most `limit`
-    bytes. None when it is missing or is anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(limit).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
+    """A text file a candidate could have written: read_untrusted_bytes, decoded."""
+    data = read_untrusted_bytes(path, limit)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def inside(path: str | Path, folder: Path) -> Path | None:
@@ -382,7 +370,8 @@ def inside(path: str | Path, folder: Path) -> Path | None:
 
 
 def read_untrusted_bytes(path: Path, limit: int) -> bytes | None:
-    """read_untrusted for binary files (a cubin a candidate's JIT wrote)."""
+    """A file a candidate could have written (a build report, a cubin its JIT wrote, a tool's log in its home):
+    never through a symlink, only a regular file, at most `limit` bytes. None when missing or anything else."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
