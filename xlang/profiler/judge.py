@@ -456,6 +456,9 @@ class Provenance:
         self.lang = spec["lang"]
         self.home = home
         self.scanned: set = set()
+        # Kernels whose module the observer could not name ('-': launched through a statically linked cudart,
+        # as nvcc's shared objects are): the candidate's only under a name its own build compiled.
+        self.built = {n.strip() for n in spec.get("build_kernels", [])}
         for cubin in spec.get("own_cubins", []):
             self._add(Path(cubin))
 
@@ -476,13 +479,16 @@ class Provenance:
 
     def judge(self, kernels) -> None:
         from xlang.profiler.ncu import forbidden_reason
+        from xlang.profiler.observer import MODULE_UNKNOWN
 
         foreign = [k for k in kernels if k.module not in self.own]
         if foreign:
             self.rescan()
             foreign = [k for k in foreign if k.module not in self.own]
         for k in foreign:
-            why = forbidden_reason(k.name)
+            why = forbidden_reason(k.name) if k.name not in self.built else None
+            if k.module == MODULE_UNKNOWN and k.name in self.built:
+                continue
             if why:
                 raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]} ({why})")
             if _UTILITY_KERNEL.search(k.name):
