@@ -99,3 +99,62 @@ def test_tool_stage_output_reaches_the_judge_only_through_its_channels(tmp_path)
     assert run.result["runner_exit"] == 0
     assert "ERROR SUMMARY: 0 errors" in (work / "memcheck" / "tool.log").read_text()
     assert (work / "memcheck" / "report.ncu-rep").read_text() == "report\n"
+
+
+# ---- kernel provenance (the decisions the judge makes from the observer's records; no GPU needed) -----------
+
+def _kernel(name: str, module: str):
+    from xlang.profiler.observer import KernelRecord
+
+    return KernelRecord(1, 2, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, module, name)
+
+
+def _provenance(tmp_path, lang="cuda_ptx", own=b"our cubin", built=("gemm_tc",)):
+    from xlang.profiler.judge import Provenance
+
+    cubin = tmp_path / "own.cubin"
+    cubin.write_bytes(own)
+    return Provenance({"lang": lang, "own_cubins": [str(cubin)], "build_kernels": list(built)}, tmp_path / "home")
+
+
+def test_provenance_accepts_own_modules_and_torch_utilities(tmp_path):
+    import hashlib
+
+    prov = _provenance(tmp_path)
+    ours = hashlib.sha256(b"our cubin").hexdigest()
+    prov.judge([_kernel("gemm_tc", ours), _kernel("_ZN2at6native29vectorized_elementwise_kernelIfill", "ab" * 32),
+                _kernel("gemm_tc", "-")])  # an unknown module under a name its own build compiled
+
+
+def test_provenance_rejects_vendor_and_foreign_kernels(tmp_path):
+    from xlang.profiler.judge import Outcome
+
+    prov = _provenance(tmp_path)
+    for kernel in (_kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cd" * 32),  # cuBLAS by name
+                   _kernel("gemm_tc", "ef" * 32),  # our name, but a module we did not build: renamed vendor code
+                   _kernel("my_helper_kernel", "-")):  # unknown module and a name the build never compiled
+        with pytest.raises(Outcome) as e:
+            prov.judge([kernel])
+        assert e.value.status == "forbidden_call", kernel
+
+
+def test_provenance_finds_a_triton_candidates_jit_output(tmp_path):
+    import hashlib
+
+    prov = _provenance(tmp_path, lang="triton", built=())
+    jit = tmp_path / "home" / ".triton" / "abc"
+    jit.mkdir(parents=True)
+    (jit / "gemm_kernel.cubin").write_bytes(b"triton wrote this")
+    prov.judge([_kernel("gemm_kernel", hashlib.sha256(b"triton wrote this").hexdigest())])
+    (jit / "sneaky.cubin").symlink_to("/etc/hostname")  # never followed
+    prov.rescan()
+    assert hashlib.sha256(Path("/etc/hostname").read_bytes()).hexdigest() not in prov.own
+
+
+def test_same_kernels_under_ncu_as_when_timed():
+    from xlang.profiler.evaluate import _same_kernels
+
+    assert _same_kernels({"profiled_names": ["b", "a"]}, ["a", "b"]) is None
+    assert _same_kernels({"profiled_names": ["a"]}, None) is None  # nothing observed: no claim either way
+    cat, detail = _same_kernels({"profiled_names": ["wgmma_tile"]}, ["wgmma_tile", "fma_rest"])
+    assert cat == "not_executed" and "fma_rest" in detail
