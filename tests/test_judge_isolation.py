@@ -158,3 +158,11 @@ def test_same_kernels_under_ncu_as_when_timed():
     assert _same_kernels({"profiled_names": ["a"]}, None) is None  # nothing observed: no claim either way
     cat, detail = _same_kernels({"profiled_names": ["wgmma_tile"]}, ["wgmma_tile", "fma_rest"])
     assert cat == "not_executed" and "fma_rest" in detail
+
+
+def test_flooding_and_pipe_holding_candidate_is_bounded(tmp_path):
+    start = time.monotonic()
+    run = _check(tmp_path, "cpu_gemm_flood.py")
+    assert run.result["status"] == "ok", run.result
+    assert time.monotonic() - start < 90
+    assert len(run.child.stdout) + len(run.child.stderr) < 2 << 20  # what is kept of the output is bounded
