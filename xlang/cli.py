@@ -220,6 +220,8 @@ from xlang import compare_commands as _compare_commands  # noqa: E402
 _compare_commands.register(app)
 from xlang.profiler import commands as _profiler_commands  # noqa: E402
 _profiler_commands.register(app)
+from xlang.fixit import commands as _fixit_commands  # noqa: E402
+_fixit_commands.register(app)
 
 TRACEBACK_ENV = "XLANG_TRACEBACK"
 

@@ -10,7 +10,7 @@ import typer
 
 from xlang.compare import DEFAULT_CONCURRENCY
 
-SHOW = ("prompt", "reply", "code", "feedback", "verdict", "build")
+SHOW = ("prompt", "reply", "code", "feedback", "verdict", "build", "notes")
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +47,11 @@ def run_command(
     target_speedup: Optional[float] = typer.Option(None, "--target-speedup",
                                                    help="stop a sample once a candidate correct with the target "
                                                         "instructions reaches this speedup"),
+    notes: str = typer.Option("none", "--notes", help="after a failed turn, add fix notes retrieved by BM25 to the "
+                                                      "feedback: none | bm25 | bm25+kernel (each with its fixed kernel)"),
+    notes_store: Optional[str] = typer.Option(None, "--notes-store",
+                                              help="the notes (notes.jsonl from `xlang fixit export`)"),
+    notes_k: int = typer.Option(3, "--notes-k", help="notes retrieved per failed turn"),
 ):
     """Run the agent loop: a model writes the task's kernel in a language for an architecture, turn by turn."""
 
@@ -63,7 +68,8 @@ def run_command(
                     profiler=profiler, store=store or default_store(),
                     max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),
                     temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id,
-                    prompt_variants=prompt_variants, context=context, target_speedup=target_speedup)
+                    prompt_variants=prompt_variants, context=context, target_speedup=target_speedup,
+                    notes=notes, notes_store=notes_store, notes_k=notes_k)
 
     def on_turn(e):
         detail = (e.error or e.detail or "").strip().splitlines()
@@ -136,12 +142,15 @@ def trajectory_command(
                 print(value if isinstance(value, str) else json.dumps(value, indent=1, default=str))
             return
         table = Table(title=f"run {run_id}")
-        for col in ("sample", "turn", "category", "speedup", "tokens", "cost $", "llm s", "build s", "detail"):
+        shown = any(t.get("notes") for t in turns)
+        for col in ("sample", "turn", "category", "speedup", "tokens", "cost $", "llm s", "build s", "detail",
+                    *(("notes",) if shown else ())):
             table.add_column(col)
         for t in turns:
             detail = ((t["verdict"] or {}).get("detail") or t["error"] or "").strip().splitlines()
             table.add_row(str(t["sample_idx"]), str(t["turn_idx"]), t["category"] or "error",
                           f"{t['speedup']:.3g}" if t["speedup"] else "-", str(t["total_tokens"] or 0),
                           f"{t['cost_usd']:.4f}", f"{t['llm_seconds'] or 0:.1f}", f"{t['build_seconds'] or 0:.1f}",
-                          detail[0][:70] if detail else "")
+                          detail[0][:70] if detail else "",
+                          *((", ".join(n["id"] for n in t.get("notes") or []) or "-",) if shown else ()))
         console.print(table)

@@ -54,6 +54,9 @@ class RunConfig:
     prompt_variants: str | None = None  # "base,plan,terse" or NAME=FILE entries (default: base)
     context: str = "trimmed"  # xlang.agent.prompt.CONTEXT_POLICIES
     target_speedup: float | None = None  # stop a sample once correct with the target instructions at this speedup
+    notes: str = "none"  # fix notes after a failed turn: none | bm25 | bm25+kernel (xlang.fixit.notes)
+    notes_store: str | None = None  # the notes (JSONL, `xlang fixit export` writes notes.jsonl)
+    notes_k: int = 3  # notes retrieved per failed turn
 
     def sampling(self) -> dict:
         return {k: v for k, v in (("temperature", self.temperature), ("max_tokens", self.max_tokens),
@@ -140,6 +143,14 @@ class Run:
         if cfg.target_speedup is not None and cfg.target_speedup <= 0:
             raise XlangError("--target-speedup must be positive")
         self.variants = P.parse_prompt_variants(cfg.prompt_variants)
+        self.notes = None
+        if cfg.notes != "none" or cfg.notes_store:
+            from xlang.fixit.notes import NoteIndex, check_level
+
+            check_level(cfg.notes, cfg.notes_store)
+            if cfg.notes_k < 1:
+                raise XlangError("--notes-k must be at least 1")
+            self.notes = NoteIndex.from_file(cfg.notes_store) if cfg.notes != "none" else None
         self.cfg = cfg
         self.on_turn = on_turn or (lambda e: None)
         self.task = get_task(cfg.task)
@@ -167,8 +178,10 @@ class Run:
                 config={"stop_on_ok": cfg.stop_on_ok, "max_cost": cfg.max_cost, "concurrency": cfg.concurrency,
                         "required": list(self.required), "runtime": self.runtime.name,
                         "runtime_note": self.runtime.note, "prompt_variants": list(self.variants),
-                        "target_speedup": cfg.target_speedup, **self.source.config()},
-                versions=_versions(self.source), context=cfg.context)
+                        "target_speedup": cfg.target_speedup, **self.source.config(),
+                        **({"notes_store": str(Path(cfg.notes_store).resolve()), "notes_k": cfg.notes_k,
+                            "notes_count": len(self.notes.notes)} if self.notes else {})},
+                versions=_versions(self.source), context=cfg.context, notes_level=cfg.notes)
             if not created:
                 old = store.run(run_id)
                 if (old["task"], old["lang"], old["arch"], old["model"]) != (cfg.task, cfg.lang, cfg.arch, cfg.model):
@@ -261,6 +274,11 @@ class Run:
                 best, best_key = (turn_idx, v.category, v.speedup), key
             fb = F.feedback_text(v, turn_idx=turn_idx, turns=turns, backend=self.backend, arch=self.arch,
                                  extract_note=no_code_note, best=best, code=code)
+            shown = self._notes_for(v) if v.category not in (V.OK, V.STATIC_OK) else []
+            if shown:
+                from xlang.fixit.notes import notes_feedback
+
+                fb += "\n\n" + notes_feedback(shown, cfg.notes, self.backend.fences[0] if self.backend.fences else "")
             if reached is None and self._reached(v.to_dict()):
                 reached = turn_idx
             build = j.build.to_dict() if j.build else None
@@ -270,7 +288,8 @@ class Run:
                 store.add_turn(run_id, k, turn_idx, code=code, build=build,
                                verdict=v.to_dict(), category=v.category, feedback=fb, speedup=v.speedup,
                                build_seconds=j.build_seconds, eval_seconds=j.eval_seconds,
-                               wall_seconds=time.monotonic() - wall0, **common)
+                               wall_seconds=time.monotonic() - wall0, notes=[h.record() for h in shown] or None,
+                               **common)
                 store.update_sample(run_id, k, best_turn=best[0], best_category=best[1], best_speedup=best[2])
             history.append({"turn_idx": turn_idx, "reply": reply.text, "feedback": fb, "category": v.category,
                             "speedup": v.speedup})
@@ -283,6 +302,13 @@ class Run:
         store.update_sample(run_id, k, **fields)
         return SampleResult(k, status, note, *(best or (None, None, None)),
                             turns=len(store.turns(run_id=run_id, sample_idx=k)))
+
+    def _notes_for(self, v: V.Verdict) -> list:
+        """The fix notes retrieved for a failed verdict (none without --notes)."""
+        if self.notes is None:
+            return []
+        return self.notes.search(error=v.detail or "", category=v.category, task=self.task.name, lang=self.cfg.lang,
+                                 arch=self.arch.name, k=self.cfg.notes_k)
 
     def _turns_limit(self) -> int:
         """The run's turn limit as the tables count it: a reference run has one turn whatever --turns says."""

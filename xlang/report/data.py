@@ -5,7 +5,8 @@ Everything in a report is computed from these two frames, and they are built fro
 `load(store_path)` (in xlang.report.source) turns the SQLite store into those records.
 
 A run record (one sample, i.e. one trajectory):
-  {run_id, task, lang, arch, model, sample, turns_limit, docs, prompt_variant, context, shape: {size: int},
+  {run_id, task, lang, arch, model, sample, turns_limit, docs, prompt_variant, context, notes (fix-note level:
+   none | bm25 | bm25+kernel), shape: {size: int},
    status, note, environment: {...},
    turns: [{turn, verdict: Verdict.to_dict(), prompt_tokens, completion_tokens, reasoning_tokens, total_tokens,
             cost_usd}, ...]}
@@ -26,14 +27,15 @@ from xlang.errors import XlangError
 from xlang.verdict import scores
 
 RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit", "docs", "prompt_variant",
-               "context", "shape", "D", "gqa", "status", "note"]
+               "context", "notes", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
                 "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "tflops",
                 "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "detail"]
 # What a report can group by and filter on (run columns), with the names the command line also accepts.
-AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "shape", "D", "gqa", "turns_limit")
+AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
+        "turns_limit")
 AXIS_ALIASES = {"prompt": "prompt_variant", "variant": "prompt_variant", "docs_level": "docs", "head_dim": "D",
-                "d": "D", "gqa_group": "gqa", "group": "gqa", "language": "lang"}
+                "d": "D", "gqa_group": "gqa", "group": "gqa", "language": "lang", "notes_level": "notes"}
 
 DONE = "done"
 MISSING = "missing"
@@ -183,6 +185,7 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
     if not runs_df.empty:
         runs_df["sample"] = runs_df["sample"].fillna(0).astype(int)
         runs_df["turns_limit"] = runs_df["turns_limit"].fillna(1).astype(int)
+        runs_df["notes"] = runs_df["notes"].fillna("none").replace("", "none")
         for col in ("docs", "prompt_variant", "context", "model"):
             runs_df[col] = runs_df[col].fillna("").astype(str)
         runs_df = runs_df.sort_values(["task", "arch", "lang", "model", "sample"], kind="stable").reset_index(drop=True)

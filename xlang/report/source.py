@@ -52,6 +52,7 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
             "sample": s["sample_idx"], "turns_limit": run.get("turns_limit") or 1,
             "docs": run.get("docs_level") or "", "prompt_variant": s.get("prompt_variant") or "",
             "context": run.get("context") or "", "shape": run.get("shape") or {},
+            "notes": run.get("notes_level") or "none",  # runs stored before fix notes existed had none
             "status": s["status"], "note": s.get("note") or "", "turns": turns,
         })
     return records, envs

@@ -60,7 +60,8 @@ def mix_class(opcode: str) -> str:
 
 Z95 = 1.959963984540054
 BOOTSTRAP = 2000
-RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "shape", "D", "gqa", "turns_limit"]
+RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
+            "turns_limit"]
 NO_REPLY = "no reply"  # a turn whose reply could not be obtained (provider error): no category
 STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "runtime_ran", "runtime_note",
                 "n_runtime", "n_correct", "correctness_rate", "correctness_lo", "correctness_hi",
