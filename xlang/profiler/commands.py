@@ -83,8 +83,10 @@ def print_verdict(v) -> None:
     shape = format_shape(v.shape)
     console.print(f"[bold {style}]{v.category}[/bold {style}]  {v.lang} · {v.task} · {v.arch} · {shape}")
     console.print(v.detail, highlight=False, markup=False)
-    if v.runtime_note:
+    if v.runtime_note and v.runtime_note not in v.detail:
         console.print(f"[dim]{v.runtime_note}[/dim]")
+    if v.isolation:
+        console.print(f"[dim]candidate isolation: {v.isolation}[/dim]")
     e = v.executed or {}
     if e.get("kernels"):
         fams = [f for f in e["families"] if e["families"][f] or f in e.get("required", [])]
