@@ -59,9 +59,9 @@ class Dataset:
         return _ordered(self.runs["arch"].unique(), _arch_order())
 
     def langs(self) -> list[str]:
-        from xlang.backend import LANGS
+        from xlang.backend import lang_names
 
-        return _ordered(self.runs["lang"].unique(), LANGS)
+        return _ordered(self.runs["lang"].unique(), lang_names())
 
     def tasks(self) -> list[str]:
         return sorted(self.runs["task"].unique())

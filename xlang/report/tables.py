@@ -215,15 +215,15 @@ def cell_stats(ds: Dataset, limit: int | None = None) -> pd.DataFrame:
 
 
 def sort_cells(df: pd.DataFrame, by=("task", "arch", "lang")) -> pd.DataFrame:
-    """Sort by the given columns: architectures in registry order (h100, h200, b200), languages as LANGS
-    (triton, cuda_ptx, cutedsl), sizes and turn limits as numbers, anything else as text."""
+    """Sort by the given columns: architectures in registry order (h100, h200, b200), languages in the backend registry's order
+    (Backend.rank), sizes and turn limits as numbers, anything else as text."""
     from xlang.archs import archs
-    from xlang.backend import LANGS
+    from xlang.backend import lang_names
 
     by = [c for c in by if c in df.columns]
     if df.empty or not by:
         return df.reset_index(drop=True)
-    ranks = {"arch": {a: i for i, a in enumerate(archs())}, "lang": {lang: i for i, lang in enumerate(LANGS)}}
+    ranks = {"arch": {a: i for i, a in enumerate(archs())}, "lang": {lang: i for i, lang in enumerate(lang_names())}}
 
     def key(s: pd.Series) -> pd.Series:
         if s.name in ranks:
@@ -523,7 +523,8 @@ def not_run(ds: Dataset) -> pd.DataFrame:
 
 
 def runtime_banners(ds: Dataset) -> list[str]:
-    """One line per registered architecture whose runtime was not run (never silent about Blackwell)."""
+    """One line per registered architecture whose runtime was not run (never silent about an architecture that
+    archs.toml marks `announce_when_absent`: one whose runtime has never run here)."""
     from xlang.archs import archs
 
     lines = []
@@ -534,7 +535,7 @@ def runtime_banners(ds: Dataset) -> list[str]:
             continue
         label = f"{arch.name} ({arch.generation.capitalize()}, {arch.sm})"
         if not in_data:
-            if arch.generation == "blackwell":
+            if arch.extra.get("announce_when_absent"):
                 lines.append(f"{label}: not in this comparison; {arch.generation.capitalize()} runtime was not run.")
             continue
         notes = sorted({re.sub(r"^not run\s*", "", n).strip("() ") for n in turns["runtime_note"] if n}) \
