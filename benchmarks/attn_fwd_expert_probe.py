@@ -8,7 +8,6 @@ triton.testing.do_bench at the default shape (a quick figure; the verdict's own 
 Usage: python3 benchmarks/attn_fwd_expert_probe.py LANG TASK [--shape S=300,D=96 ...] [--time]
 """
 import argparse
-import math
 import sys
 
 import torch

@@ -52,6 +52,9 @@ class Arch:
         return f"-gencode=arch={self.compute},code=[{self.sm},{self.compute}]"
 
 
+# Flags that are not figures: announce_when_absent = reports say so when this architecture is not in a comparison.
+_EXTRA_KEYS = ("announce_when_absent",)
+
 _FIGURE_KEYS = (
     "sms", "smem_per_sm_kib", "smem_per_block_kib", "registers_per_sm", "tmem_per_sm_kib", "l2_mib",
     "peak_dense_bf16_tflops", "mem_bandwidth_tbs", "memory_gib",
@@ -80,6 +83,7 @@ def _registry() -> tuple[dict[str, Family], dict[str, Arch]]:
             sources=tuple(a["sources"]),
             families=tuple(a["families"]),
             default_required=tuple(a["default_required"]),
+            extra={k: a[k] for k in _EXTRA_KEYS if k in a},
         )
     return families, archs
 

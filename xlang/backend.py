@@ -1,15 +1,18 @@
 """The backend interface every language implements, the backend registry, and the shared build flow.
 
-A backend (backends/<lang>/backend.py, defining BACKEND) owns everything about one language:
-  - the language section of the prompt (backends/<lang>/prompt.md, rendered with the task's contract),
-  - compile(): turn a candidate into cubins and PTX for an explicit architecture, with no GPU needed,
-  - the verifier's hooks: a static screen for forbidden calls, and load_entry() on the GPU machine.
+A language is one folder, backends/<lang>/ (backend.py defining BACKEND, prompt.md), or a third-party package
+registering a Backend under the Python entry-point group `xlang.backends` (see backends() and ARCHITECTURE.md).
+`Backend` is the only place the core learns anything about a language: every difference the core acts on is a
+documented attribute or method of it (build, static screen, loading, which kernels are its own, where its JIT
+writes, which docs it reads, the versions that decide a build, its colour in plots).
 The shared flow here (build_candidate) runs compile() and then the static SASS census.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import importlib.metadata
 import json
 import os
 import re
@@ -23,9 +26,9 @@ from xlang import resources
 from xlang.census import Census, take_census
 from xlang.errors import XlangError
 
-LANGS = ("triton", "cuda_ptx", "cutedsl")
+ENTRY_POINT_GROUP = "xlang.backends"  # a third-party package adds a language here (name = BACKEND instance)
 
-# The static screen for languages whose host code is Python (triton, cutedsl): calls that would hand the
+# The static screen for languages whose host code is Python: calls that would hand the
 # work to torch's or a vendor's kernels. Run time has the last word (kernel names seen by Nsight Compute).
 TORCH_COMPUTE_FORBIDDEN = (
     (r"\btorch\.(matmul|mm|bmm|addmm|baddbmm|einsum|tensordot|inner|outer|linalg)\b",
@@ -42,7 +45,7 @@ class KernelImage:
     """One compiled GPU function of the candidate."""
 
     name: str  # the symbol as the driver (and Nsight Compute, mangled) sees it
-    cubin: str  # path; for cuda_ptx the shared object that embeds the cubin
+    cubin: str  # path: a cubin, or a shared object that embeds the cubin
     ptx: str | None = None  # path
     meta: dict = field(default_factory=dict)  # num_warps, shared bytes, grid, autotune config, ...
 
@@ -55,7 +58,7 @@ class BuildResult:
     arch: str
     shape: dict
     workdir: str
-    load_path: str | None = None  # what the GPU worker loads: the .so (cuda_ptx) or the .py (triton, cutedsl)
+    load_path: str | None = None  # what the GPU worker loads (Backend.load_entry): a .so, a .py, ...
     kernels: list[KernelImage] = field(default_factory=list)
     error: str | None = None  # the compiler's own message, trimmed to what helps
     log: str = ""  # warnings and notes of a successful build
@@ -82,28 +85,61 @@ class BuildResult:
 
 
 class Backend(ABC):
-    """Base class: subclasses set the attributes and implement compile() and load_entry()."""
+    """One kernel language. Subclasses set the attributes and implement compile() and load_entry(); every other
+    method has a default that fits a language whose kernels the core can find on disk.
+
+    Attributes:
+      name      the language's key (`--lang`, store rows, solutions/<name>_<generation><suffix>); unique
+      title     how people call it in reports and prompts
+      suffix    the candidate file's suffix (".py", ".cu")
+      fences    the code-block languages a model's reply may tag its code with
+      forbidden (pattern, why) pairs of the static screen: calls that hand the work to a vendor library or torch
+      rank      sort key of the language in tables and plots (lower first); ties by name
+      color     its colour in plots (any matplotlib colour)
+      tools     NVIDIA tools a build needs besides cuobjdump (checked before any work), e.g. ("nvcc",)
+      distributions  Python distributions whose versions decide a build (see versions())
+      kernels_on_disk  True when every kernel the candidate launches comes from a module file the judge can hash
+                (its build's cubins, or cubins its JIT writes into the candidate's private cache); False when
+                the JIT keeps its output in memory, so a runtime kernel's provenance is judged by name alone
+    """
 
     name: str = ""
     title: str = ""
-    suffix: str = ""  # candidate file suffix: ".py" or ".cu"
-    fences: tuple[str, ...] = ()  # code-block languages a model's reply may use
-    # (pattern, why): calls that would hand the work to a vendor library or to torch's own kernels.
+    suffix: str = ""
+    fences: tuple[str, ...] = ()
     forbidden: tuple[tuple[str, str], ...] = ()
+    rank: int = 100
+    color: str = "#888888"
+    tools: tuple[str, ...] = ()
+    distributions: tuple[str, ...] = ()
+    kernels_on_disk: bool = True
 
     @property
     def folder(self) -> Path:
+        """The language's folder (prompt.md, doc templates, build code). A third-party backend overrides it."""
         return resources.folder("backends") / self.name
 
-    def prompt_section(self, task) -> str:
-        """The language section of the prompt: prompt.md rendered with this task's contract."""
+    def prompt_section(self, task, arch=None) -> str:
+        """The language section of the prompt: prompt.md rendered (jinja2) with this task's contract and the
+        target architecture (`arch`: title, sm, generation; None renders every registered architecture's
+        target names through `archs`), so no prompt hard-codes an architecture."""
         from jinja2 import Template
 
+        from xlang.archs import archs
+
         text = (self.folder / "prompt.md").read_text()
+        targets = list(archs().values()) if arch is None else [arch]
         return Template(text, keep_trailing_newline=True).render(
             task=task, contract=task.contract, python_signature=task.contract.python_signature(),
             c_signature=task.contract.c_signature(), tensors=task.contract.describe_tensors(),
+            arch=arch, archs=targets,
+            targets=", ".join(dict.fromkeys(f"{a.sm} on {a.generation.capitalize()}" for a in targets)),
         )
+
+    def doc_files(self, arch) -> list[str]:
+        """The language's part of the architecture docs at level 'templates' and above: paths relative to
+        arch_docs/ (a '*' marks files that should exist and do not). Default: <docs>/templates/<name>.md."""
+        return [f"{arch.docs}/templates/{self.name}.md"]
 
     def screen(self, source: str) -> list[str]:
         """Static screen of the source: the reasons it is forbidden, empty when clean."""
@@ -111,26 +147,108 @@ class Backend(ABC):
         return [f"{why} (matched '{m.group(0)}')" for pattern, why in self.forbidden
                 for m in [re.search(pattern, code)] if m]
 
+    def versions(self) -> dict[str, str]:
+        """The toolchain that decides a build of this language ({name: version}; "none" when absent): part of
+        the build-cache key and of what a verdict records."""
+        return {dist: _package_version(dist) for dist in self.distributions}
+
+    def cache_inputs(self, arch) -> list[Path]:
+        """Files or folders besides the backend's own folder whose content decides a build (the build-cache key
+        hashes them), e.g. headers the compiler includes."""
+        return []
+
     @abstractmethod
     def compile(self, source_path: Path, task, arch, shape: dict, workdir: Path) -> BuildResult:
-        """Turn the candidate into cubins and PTX for arch, with no GPU needed."""
+        """Turn the candidate at source_path into GPU code for `arch` with no GPU needed.
+
+        Writes only inside `workdir` (fresh, absolute; the candidate is hostile: run its code through
+        run_build_child). Returns a BuildResult: ok with `kernels` (each naming its cubin or the shared object
+        embedding it, and its PTX when there is one) and `load_path` (what load_entry loads on the GPU machine),
+        or not ok with `error`, the compiler's own message trimmed (trim_log) to what a model can act on.
+        Must not raise for a bad candidate. build_candidate then takes the SASS census of the kernels."""
 
     @abstractmethod
     def load_entry(self, build: BuildResult):
-        """On the GPU machine: a callable taking (*tensors, *sizes) in contract order."""
+        """On the GPU machine, inside the jailed runner: a callable taking (*tensors, *sizes) in the contract's
+        order that runs the candidate on the current CUDA stream."""
+
+    def own_cubins(self, build: BuildResult, folder: Path) -> list[str]:
+        """Cubin files (written under `folder`) holding the kernels the build made from the candidate's source:
+        the judge counts a kernel as the candidate's when its module is one of these or, for a JIT language, one
+        its JIT wrote into the candidate's private cache. Default: none (the JIT's cache is found at run time)."""
+        return []
+
+    def seed_cache(self, build: BuildResult) -> Path | None:
+        """A JIT cache this build filled (inside build.workdir) that the runner may start from (copied into the
+        candidate's private home as its Triton cache), or None."""
+        return None
 
 
 class PythonModuleBackend(Backend):
-    """A language whose candidate is a Python module exposing xlang_entry (triton, cutedsl)."""
+    """A language whose candidate is a Python module exposing xlang_entry, built by a static-build child.
+
+    `static_build` names a module (relative to xlang, e.g. "backends.triton.static_build") with
+    main([source, task, arch, shape_json, out_dir]) that imports the candidate, calls its entry point with the
+    target faked, and writes OUT_DIR/static_build.json in the one static-build protocol (STATIC_BUILD_PROTOCOL):
+      {"ok": bool, "error": str | null,                   # the candidate's or compiler's message when not ok
+       "kernels": [{"name": str, "cubin": path, "ptx": path | null, "meta": {...}}],  # files inside OUT_DIR
+       "versions": {dist: version}}
+    """
 
     suffix = ".py"
     fences = ("python", "py")
     forbidden = TORCH_COMPUTE_FORBIDDEN
+    distributions = ("torch",)
+    static_build: str = ""
+    static_build_what: str = "import and entry point with the target faked"
+    build_timeout_s: float = 300
+
+    def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
+        """Run `static_build` in a jailed child (run_build_child) and read its report (the protocol above)."""
+        result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
+        data, result.error, stdout = run_build_child(
+            self.static_build, source_path, task, arch, shape, workdir, env={}, timeout_s=self.build_timeout_s,
+            what=self.static_build_what)
+        if data is None:
+            return result
+        problem = check_static_build_report(data)
+        if problem:
+            result.error = f"the build report does not follow the static-build protocol: {problem}"
+            return result
+        if not data["ok"]:
+            result.error = trim_log(data.get("error") or "the build failed without a message")
+            return result
+        result.kernels = [KernelImage(k["name"], k["cubin"], k.get("ptx"), dict(k.get("meta") or {}))
+                          for k in data["kernels"]]
+        result.ok, result.load_path, result.log = True, str(source_path), trim_log(stdout)
+        return result
 
     def load_entry(self, build: BuildResult):
         from xlang.candidate import load_module
 
         return load_module(build.load_path).xlang_entry
+
+
+STATIC_BUILD_PROTOCOL = 1
+
+
+def check_static_build_report(data: dict) -> str | None:
+    """Why a static build's report breaks the protocol (PythonModuleBackend's docstring), or None."""
+    if not isinstance(data.get("ok"), bool):
+        return "'ok' must be true or false"
+    if not data["ok"]:
+        return None if isinstance(data.get("error"), str) else "a failed build must give 'error' (a string)"
+    kernels = data.get("kernels")
+    if not isinstance(kernels, list):
+        return "'kernels' must be a list"
+    for k in kernels:
+        if not isinstance(k, dict) or not isinstance(k.get("name"), str) or not isinstance(k.get("cubin"), str):
+            return "each kernel needs 'name' and 'cubin' (strings)"
+        if k.get("ptx") is not None and not isinstance(k["ptx"], str):
+            return "a kernel's 'ptx' must be a path or null"
+        if k.get("meta") is not None and not isinstance(k["meta"], dict):
+            return "a kernel's 'meta' must be an object"
+    return None
 
 
 def run_build_child(module: str, source_path: Path, task, arch, shape: dict, workdir: Path, env: dict,
@@ -184,10 +302,76 @@ def strip_comments(source: str, suffix: str) -> str:
     return re.sub(r"//[^\n]*|/\*.*?\*/", "", source, flags=re.S)
 
 
+_registered: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Add a backend at run time (tests, embedding applications); wins over a discovered one of that name."""
+    if not isinstance(backend, Backend) or not backend.name:
+        raise TypeError("register_backend needs a Backend instance with a name")
+    _registered[backend.name] = backend
+    backends.cache_clear()
+    return backend
+
+
+def unregister_backend(name: str) -> None:
+    _registered.pop(name, None)
+    backends.cache_clear()
+
+
+def _package_version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+@functools.cache
+def backends() -> dict[str, Backend]:
+    """Every language, in display order (rank, then name): the folders under backends/ that have a backend.py
+    (each defining BACKEND), then entry points of group `xlang.backends` (each loading to a Backend instance or
+    class), then register_backend(). A later source replaces an earlier one of the same name. A plugin that
+    fails to load is skipped with a warning on stderr, never silently."""
+    import sys
+
+    found: dict[str, Backend] = {}
+    root = resources.folder("backends")
+    for folder in sorted(p for p in root.iterdir() if (p / "backend.py").is_file() and not p.name.startswith("_")):
+        backend = resources.import_module(f"backends.{folder.name}.backend").BACKEND
+        if backend.name != folder.name:
+            raise XlangError(f"backends/{folder.name}/backend.py: BACKEND.name is '{backend.name}', "
+                             f"not its folder's name")
+        found[backend.name] = backend
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+            backend = obj() if isinstance(obj, type) else obj
+            if not isinstance(backend, Backend) or not backend.name:
+                raise TypeError(f"{ep.value} is not a named xlang Backend")
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not take the other languages down
+            print(f"xlang: skipping language plugin '{ep.name}': {e}", file=sys.stderr)
+            continue
+        found[backend.name] = backend
+    found.update(_registered)
+    return dict(sorted(found.items(), key=lambda kv: (kv[1].rank, kv[0])))
+
+
+def lang_names() -> tuple[str, ...]:
+    """The known languages in display order."""
+    return tuple(backends())
+
+
 def get_backend(lang: str) -> Backend:
-    if lang not in LANGS:
-        raise XlangError(f"unknown language '{lang}' (known: {', '.join(LANGS)})")
-    return resources.import_module(f"backends.{lang}.backend").BACKEND
+    known = backends()
+    if lang not in known:
+        raise XlangError(f"unknown language '{lang}' (known: {', '.join(known)})")
+    return known[lang]
+
+
+def __getattr__(name: str):
+    if name == "LANGS":  # the older spelling: the registry's names, in display order
+        return lang_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def trim_log(text: str, max_lines: int = 60, max_chars: int = 6000) -> str:

@@ -23,12 +23,10 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
 import xlang
-from xlang import resources
 
 FORMAT = 1  # bumped when the entry layout changes
 CACHE_ENV = "XLANG_BUILD_CACHE"
@@ -75,24 +73,22 @@ def _tree_digest(paths) -> str:
 
 def toolchain(lang: str) -> dict:
     """What, besides the inputs, decides a build of this language."""
+    from xlang.backend import get_backend
+
     out = {"python": platform.python_version(), "xlang": xlang.__version__}
-    if lang == "cuda_ptx":
-        out["nvcc"] = _nvcc_version()
-    else:
-        out["torch"] = _package("torch")
-        out["triton" if lang == "triton" else "nvidia-cutlass-dsl"] = _package(
-            "triton" if lang == "triton" else "nvidia-cutlass-dsl")
+    out.update(get_backend(lang).versions())
     out["cuobjdump"] = _package("nvidia-cuda-cuobjdump")  # the census's disassembler
     return out
 
 
 def key(source: str, lang: str, task, arch, shape: dict, required) -> str:
     here = Path(__file__).resolve().parent
-    code = [resources.folder("backends") / lang, *sorted(Path(task.folder()).glob("*.py")),
+    from xlang.backend import get_backend
+
+    backend = get_backend(lang)
+    code = [backend.folder, *sorted(Path(task.folder()).glob("*.py")),
             here / "backend.py", here / "census.py", here / "candidate.py", here / "task.py",
-            here / "archs.toml", here / "sandbox.py"]
-    if lang == "cuda_ptx":
-        code += list(arch.template_dirs)
+            here / "archs.toml", here / "sandbox.py", *backend.cache_inputs(arch)]
     material = {"format": FORMAT, "source": hashlib.sha256(source.encode()).hexdigest(), "lang": lang,
                 "task": task.name, "arch": arch.name, "shape": sorted(shape.items()), "required": list(required),
                 "toolchain": toolchain(lang), "code": _tree_digest(code)}

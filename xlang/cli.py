@@ -141,11 +141,12 @@ def _resolve(file: Path | None, lang: str, task_name: str, arch_name: str, shape
 
 
 def require_build_tools(langs) -> None:
-    """Before any work: every tool a build of these languages needs (nvcc for cuda_ptx, cuobjdump for the census)."""
+    """Before any work: every tool a build of these languages needs (Backend.tools; cuobjdump for the census)."""
+    from xlang.backend import get_backend
     from xlang.toolchain import require_tool
 
-    if "cuda_ptx" in langs:
-        require_tool("nvcc")
+    for tool in dict.fromkeys(t for lang in langs for t in get_backend(lang).tools):
+        require_tool(tool)
     require_tool("cuobjdump")
 
 
@@ -169,7 +170,7 @@ def print_census(build, console) -> None:
 @app.command("build")
 def build_command(
     file: Path = typer.Argument(..., help="candidate source file"),
-    lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
+    lang: str = typer.Option(..., "--lang", "-l", help="the kernel language: a folder under backends/ or a plugin"),
     task: str = typer.Option(..., "--task", "-t", help=TASK_HELP),
     arch: str = typer.Option(..., "--arch", "-a", help="h100 | h200 | b200"),
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),

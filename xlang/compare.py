@@ -137,8 +137,8 @@ def validate(cfg: CompareConfig) -> CompareConfig:
                          f"(tasks {', '.join(cfg.tasks)} have {', '.join(sorted(known))})")
     from xlang.toolchain import require_tool
 
-    if "cuda_ptx" in cfg.langs:  # before any cell is built, not after the Triton ones
-        require_tool("nvcc")
+    for tool in dict.fromkeys(t for lang in cfg.langs for t in get_backend(lang).tools):
+        require_tool(tool)  # before any cell is built (e.g. nvcc), not after the other languages' cells
     require_tool("cuobjdump")
     _check_model(cfg.model)
     from xlang.agent.prompt import DOCS_LEVELS

@@ -255,7 +255,7 @@ def _upgrade(conn: sqlite3.Connection, version: int) -> None:
         for _, name, kind, notnull, default, _pk in want.execute(f"PRAGMA table_info({table})"):
             if name not in have:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"
-                             + (f" NOT NULL" if notnull else "") + (f" DEFAULT {default}" if default is not None else ""))
+                             + (" NOT NULL" if notnull else "") + (f" DEFAULT {default}" if default is not None else ""))
     want.close()
     conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 

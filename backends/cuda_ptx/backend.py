@@ -21,6 +21,9 @@ from xlang.toolchain import require_tool
 class CudaPtxBackend(Backend):
     name = "cuda_ptx"
     title = "CUDA C++ with inline PTX"
+    rank = 20
+    color = "#d9822b"
+    tools = ("nvcc",)
     suffix = ".cu"
     fences = ("cuda", "cu", "cpp", "c++", "c")
     forbidden = (
@@ -29,6 +32,36 @@ class CudaPtxBackend(Backend):
         (r"#\s*include\s*[<\"](cutlass|cute)/", "CUTLASS / CuTe C++ headers are another language (use cutedsl)"),
         (r"#\s*include\s*[<\"](torch|ATen|c10)/", "torch / ATen are not available to a cuda_ptx candidate"),
     )
+
+    def versions(self) -> dict[str, str]:
+        from xlang.build_cache import _nvcc_version
+
+        return {"nvcc": _nvcc_version()}
+
+    def cache_inputs(self, arch) -> list[Path]:
+        return list(arch.template_dirs)  # the headers nvcc includes
+
+    def doc_files(self, arch) -> list[str]:
+        """The architecture's CUDA template headers (templates/*.cuh, its own and the shared ones)."""
+        from xlang import resources
+
+        root = resources.folder("arch_docs")
+        headers = [h.relative_to(root).as_posix() for d in arch.template_dirs for h in sorted(d.glob("*.cuh"))]
+        return headers or [f"{arch.docs}/templates/*.cuh"]
+
+    def own_cubins(self, build: BuildResult, folder: Path) -> list[str]:
+        """The cubins nvcc embedded in the candidate's shared object, extracted with cuobjdump into folder."""
+        from xlang.toolchain import find_tool
+
+        if not build.load_path:
+            return []
+        tool = find_tool("cuobjdump")
+        folder.mkdir(parents=True, exist_ok=True)
+        if tool is None:
+            return []
+        subprocess.run([str(tool), "-xelf", "all", str(Path(build.load_path).resolve())], cwd=folder,
+                       capture_output=True, timeout=120)
+        return sorted(str(p) for p in folder.glob("*.cubin"))
 
     def nvcc_command(self, source: Path, output: Path, arch) -> list[str]:
         return [

@@ -11,39 +11,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xlang.backend import BuildResult, KernelImage, PythonModuleBackend, run_build_child, trim_log
-
-BUILD_TIMEOUT_S = 300
+from xlang.backend import PythonModuleBackend
 
 
 class CuteDslBackend(PythonModuleBackend):
     name = "cutedsl"
     title = "CuTe DSL"
-    def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
-        result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
-        data, result.error, stdout = run_build_child(
-            "backends.cutedsl.backend", source_path, task, arch, shape, workdir,
-            env={}, timeout_s=BUILD_TIMEOUT_S,
-            what="import and entry point with cute.compile redirected")
-        if data is None:
-            return result
-        if not data["ok"]:
-            where = f"\n(at {data['where']})" if data.get("where") else ""
-            result.error = trim_log(f"{data['error_kind']}: {data['error']}{where}")
-            return result
-        for fn in data["compiled"]:
-            for i, cubin in enumerate(fn["cubin"]):
-                kernels = fn.get("kernels") or [fn["name"]]
-                result.kernels.append(KernelImage(kernels[i] if i < len(kernels) else fn["name"], cubin, fn["ptx"],
-                                                  {"host_function": fn["name"], "kernels": fn.get("kernels"),
-                                                   "compile_s": fn.get("compile_s")}))
-        result.ok, result.load_path, result.log = True, str(source_path), trim_log(stdout)
-        return result
+    rank = 30
+    color = "#3f9b5a"
+    distributions = ("torch", "nvidia-cutlass-dsl")
+    static_build = "backends.cutedsl.backend"
+    static_build_what = "import and entry point with cute.compile redirected"
+    kernels_on_disk = False  # CuTe DSL keeps its JIT output in memory: a runtime kernel's name alone decides
 
+
+def report(result: dict) -> dict:
+    """build_static's result in the static-build protocol (xlang.backend.PythonModuleBackend)."""
+    if not result["ok"]:
+        where = f"\n(at {result['where']})" if result.get("where") else ""
+        return {"ok": False, "error": f"{result['error_kind']}: {result['error']}{where}", "kernels": []}
+    kernels = []
+    for fn in result["compiled"]:
+        names = fn.get("kernels") or [fn["name"]]
+        for i, cubin in enumerate(fn["cubin"]):
+            kernels.append({"name": names[i] if i < len(names) else fn["name"], "cubin": cubin, "ptx": fn["ptx"],
+                            "meta": {"host_function": fn["name"], "kernels": fn.get("kernels"),
+                                     "compile_s": fn.get("compile_s")}})
+    return {"ok": True, "error": None, "kernels": kernels, "versions": {}}
 
 
 def main(argv: list[str]) -> int:
-    """Child process: static build of one candidate (see CuteDslBackend.compile)."""
+    """Child process: static build of one candidate, reported in the static-build protocol."""
     from xlang.archs import get_arch
     from xlang.candidate import entry_arguments
     from xlang.resources import import_module
@@ -53,7 +51,7 @@ def main(argv: list[str]) -> int:
     task, arch, shape = get_task(task_name), get_arch(arch_name), json.loads(shape_json)
     static_build = import_module("backends.cutedsl.static_build")
     result = static_build.build_static(source, lambda: entry_arguments(task, shape, "cpu"), arch.sm, out_dir)
-    (Path(out_dir) / "static_build.json").write_text(json.dumps(result))
+    (Path(out_dir) / "static_build.json").write_text(json.dumps(report(result)))
     return 0
 
 

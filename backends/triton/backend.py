@@ -9,32 +9,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlang.backend import (TORCH_COMPUTE_FORBIDDEN, BuildResult, KernelImage, PythonModuleBackend,
-                           run_build_child, trim_log)
-
-BUILD_TIMEOUT_S = 300
+from xlang.backend import TORCH_COMPUTE_FORBIDDEN, BuildResult, PythonModuleBackend
 
 
 class TritonBackend(PythonModuleBackend):
     name = "triton"
     title = "Triton"
+    rank = 10
+    color = "#3b6fb6"
+    distributions = ("torch", "triton")
+    static_build = "backends.triton.static_build"
+    static_build_what = "import and entry point with the recording driver"
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),
     )
 
-    def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
-        result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
-        data, result.error, stdout = run_build_child(
-            "backends.triton.static_build", source_path, task, arch, shape, workdir,
-            env={}, timeout_s=BUILD_TIMEOUT_S,
-            what="import and entry point with the recording driver")
-        if data is not None:
-            result.ok = data["ok"]
-            result.error = None if data["ok"] else trim_log(data["error"])
-            result.kernels = [KernelImage(**k) for k in data.get("kernels", [])]
-            result.log = trim_log(stdout)
-            result.load_path = str(source_path)
-        return result
+    def seed_cache(self, build: BuildResult) -> Path | None:
+        """The build child's Triton cache (its HOME is the build folder): the runner starts from these cubins."""
+        return Path(build.workdir) / ".triton"
 
 
 BACKEND = TritonBackend()

@@ -6,7 +6,8 @@ active driver is a recording driver for the target architecture: every kernel th
 goes through Triton's own binder and compile() (so the specialisation is the one a GPU run would get),
 and the launch itself is recorded instead of executed. An autotuner's benchmark compiles each config.
 
-Usage (child): static_build SOURCE TASK ARCH SHAPE_JSON OUT_DIR  -> OUT_DIR/static_build.json
+Usage (child): static_build SOURCE TASK ARCH SHAPE_JSON OUT_DIR  -> OUT_DIR/static_build.json, in the static-build
+protocol of xlang.backend.PythonModuleBackend. Gluon (@gluon.jit, a JITFunction subclass) goes through the same path.
 """
 
 from __future__ import annotations
@@ -137,12 +138,12 @@ def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Pat
         module = load_module(source)
         entry = getattr(module, "xlang_entry", None)
         if entry is None:
-            return {"ok": False, "error": f"no entry point: define {task.contract.python_signature()}"}
+            return {"ok": False, "error": f"no entry point: define {task.contract.python_signature()}", "kernels": []}
         entry(*entry_arguments(task, shape, device="cpu"))
     except triton.CompilationError as e:
-        return {"ok": False, "error": str(e).replace(source, "candidate.py")}
+        return {"ok": False, "error": str(e).replace(source, "candidate.py"), "kernels": []}
     except Exception as e:  # noqa: BLE001 - the candidate's own failure, reported to the model
-        return {"ok": False, "error": candidate_trace(e, {source})}
+        return {"ok": False, "error": candidate_trace(e, {source}), "kernels": []}
     finally:
         JITFunction.run = original_run
 
@@ -156,7 +157,7 @@ def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Pat
                 "shared_bytes": k.metadata.shared, "launches": info["launches"], "grid": info["grid"],
                 "hash": khash}
         kernels.append({"name": k.name, "cubin": f"{stem}.cubin", "ptx": f"{stem}.ptx", "meta": meta})
-    return {"ok": True, "kernels": kernels, "triton": triton.__version__}
+    return {"ok": True, "error": None, "kernels": kernels, "versions": {"triton": triton.__version__}}
 
 
 def main(argv: list[str]) -> int:

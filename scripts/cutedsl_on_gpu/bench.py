@@ -114,7 +114,7 @@ def child(name, path, overrides, out_json):
                 r["speedup_vs_cublas"] = round(cus / r["us"], 3)
             print(f"[{name}] time {M}x{N}x{K}: {r}", flush=True)
             rec["time"].append(r)
-    except Exception as e:  # noqa: BLE001
+    except Exception:  # noqa: BLE001
         import traceback
 
         rec["error"] = traceback.format_exc()[-3000:]

@@ -103,8 +103,10 @@ class DocFile:
 
 
 def doc_files(arch, lang: str, level: str) -> list[DocFile]:
-    """The architecture docs for a level: params = params.md; templates = + the language's templates
-    (cuda_ptx: templates/*.cuh; triton / cutedsl: templates/<lang>.md); contracts = + contracts.md."""
+    """The architecture docs for a level: params = params.md; templates = + the language's own files
+    (Backend.doc_files: e.g. templates/<lang>.md, or the CUDA headers); contracts = + contracts.md."""
+    from xlang.backend import get_backend
+
     if level not in DOCS_LEVELS:
         raise ValueError(f"unknown docs level '{level}' (known: {', '.join(DOCS_LEVELS)})")
     if level == "none":
@@ -112,11 +114,7 @@ def doc_files(arch, lang: str, level: str) -> list[DocFile]:
     root = resources.folder("arch_docs")
     wanted: list[str] = [f"{arch.docs}/params.md"]
     if level in ("templates", "contracts"):
-        if lang == "cuda_ptx":
-            headers = [h.relative_to(root).as_posix() for d in arch.template_dirs for h in sorted(d.glob("*.cuh"))]
-            wanted += headers or [f"{arch.docs}/templates/*.cuh"]
-        else:
-            wanted.append(f"{arch.docs}/templates/{lang}.md")
+        wanted += get_backend(lang).doc_files(arch)
     if level == "contracts":
         wanted.append(f"{arch.docs}/contracts.md")
     out = []
@@ -152,7 +150,7 @@ def reply_format(backend) -> str:
 
 
 def first_prompt(task, arch, backend, shape: dict, required: tuple[str, ...], level: str) -> str:
-    parts = [task_section(task, shape), arch_section(arch, required), backend.prompt_section(task).strip(),
+    parts = [task_section(task, shape), arch_section(arch, required), backend.prompt_section(task, arch).strip(),
              docs_section(arch, backend.name, level), reply_format(backend)]
     return "\n\n".join(p for p in parts if p)
 

@@ -326,20 +326,6 @@ def _same_kernels(executed: dict | None, observed: list | None):
                             f"only when timed: {only_obs[:3]}")
 
 
-def _own_cubins(build, folder: Path) -> list[str]:
-    """The cubins nvcc built from the candidate's source (cuda_ptx): the only modules whose kernels are its own.
-    Python languages' JIT output is found by the judge in the candidate's private cache."""
-    if build.lang != "cuda_ptx" or not build.load_path:
-        return []
-    tool = find_tool("cuobjdump")
-    folder.mkdir(parents=True, exist_ok=True)
-    if tool is None:
-        return []
-    subprocess.run([str(tool), "-xelf", "all", str(Path(build.load_path).resolve())], cwd=folder,
-                   capture_output=True, timeout=120)
-    return sorted(str(p) for p in folder.glob("*.cubin"))
-
-
 def _observer_library() -> tuple[str | None, str]:
     try:
         from xlang.profiler.observer import build_library
@@ -521,8 +507,9 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     spec = {
         "lang": lang, "task": task.name, "arch": arch.name, "device": "cuda", "gpu_index": gpu.get("index"),
         "hello": {"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
-        "readable": readable, "seed_cache": str(Path(build.workdir) / ".triton"),
-        "own_cubins": _own_cubins(build, workdir / "own-cubins"), "observer_library": library,
+        "readable": readable, "seed_cache": str(backend.seed_cache(build) or ""),
+        "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,
+        "kernels_on_disk": backend.kernels_on_disk,
         "build_kernels": [k.name for k in build.kernels],
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],

@@ -453,7 +453,7 @@ class Provenance:
 
         self.hash = lambda data: hashlib.sha256(data).hexdigest()  # as the observer hashes a loaded module
         self.own: set = set()
-        self.lang = spec["lang"]
+        self.kernels_on_disk = spec.get("kernels_on_disk", True)  # Backend.kernels_on_disk
         self.home = home
         self.scanned: set = set()
         # Kernels whose module the observer could not name ('-': launched through a statically linked cudart,
@@ -493,8 +493,8 @@ class Provenance:
                 raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]} ({why})")
             if _UTILITY_KERNEL.search(k.name):
                 continue  # torch's own elementwise / fill / copy kernels (a scratch tensor, a zero_())
-            if self.lang == "cutedsl":
-                continue  # CuTe DSL keeps its JIT output in memory: no file to match, the name alone decides
+            if not self.kernels_on_disk:
+                continue  # a JIT that keeps its output in memory: no file to match, the name alone decides
             raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]}, a kernel from "
                                             "a module not built from the candidate's source")
 

@@ -9,7 +9,6 @@ import pandas as pd
 
 from xlang.report.tables import MIX_ORDER, TURN_LIMITS, category_order
 
-LANG_COLORS = {"triton": "#3b6fb6", "cuda_ptx": "#d9822b", "cutedsl": "#3f9b5a"}
 MIX_COLORS = ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#2980b9", "#16a085", "#7f8c8d", "#27ae60", "#bdc3c7",
               "#ecf0f1"]
 DPI = 110
@@ -29,7 +28,10 @@ def _plt():
 
 
 def _color(lang: str) -> str:
-    return LANG_COLORS.get(lang, "#888888")
+    from xlang.backend import backends
+
+    backend = backends().get(lang)  # a language no longer installed still gets a colour
+    return backend.color if backend is not None else "#888888"
 
 
 def _note(ax, text: str) -> None:

@@ -1,6 +1,6 @@
 // NOT RUN ON A GPU: no Blackwell GPU exists in this workplace. Compiled for sm_100a and its SASS census
 // checked (UTCHMMA, UTMALDG, LDTM/STTM); index arithmetic checked by a CPU model
-// (benchmarks/attn_fwd_cuda_ptx_blackwell_emulate.py). See tasks/attn_fwd/NOTES_cuda_ptx_blackwell.md.
+// (tasks/attn_fwd/verify/attn_fwd_cuda_ptx_blackwell_emulate.py). See tasks/attn_fwd/NOTES_cuda_ptx_blackwell.md.
 //
 // Expert Blackwell (sm_100a) attention forward for the xlang `attn_fwd` / `attn_fwd_causal` tasks,
 // FlashAttention-4 style roles with tcgen05 + tensor memory (TMEM). attn_fwd_causal uses this same file

@@ -16,7 +16,7 @@ every MMA issued before it has completed), and checks: no deadlock, no waiter la
 overlapping accesses to one TMEM buffer / smem slot with a write among them, and every read sees the version it
 expects (S_j, P_j, K_j, V_j, O after PV_{j-1} and the correction).
 
-    python3 benchmarks/attn_fwd_cuda_ptx_blackwell_emulate.py      # about a minute on one core
+    python3 tasks/attn_fwd/verify/attn_fwd_cuda_ptx_blackwell_emulate.py      # about a minute on one core
 """
 from __future__ import annotations
 

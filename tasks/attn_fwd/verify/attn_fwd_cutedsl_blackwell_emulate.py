@@ -21,7 +21,7 @@ It checks: no deadlock, every read sees the version it expects (K_j, V_j, S_j, P
 and the correction), no softmax TMEM access while an MMA that touches the same buffer is executing, and
 that every pipeline tail completes.
 
-    python3 benchmarks/attn_fwd_cutedsl_blackwell_emulate.py        # about half a minute
+    python3 tasks/attn_fwd/verify/attn_fwd_cutedsl_blackwell_emulate.py        # about half a minute
 """
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ LBO = n-block distance, SBO = 1024), the m64nNk16 accumulator and register-A fra
 and the consumer's per-thread softmax / packing / epilogue transliterated from the kernel.
 A pass shows the kernel's index arithmetic agrees with those rules; it cannot show the rules are the hardware's.
 
-    python3 benchmarks/attn_fwd_cuda_ptx_emulate.py     # ~2 minutes on one core
+    python3 tasks/attn_fwd/verify/attn_fwd_cuda_ptx_emulate.py     # ~2 minutes on one core
 """
-import numpy as np, math, sys
+import numpy as np, math
 BM=BN=128; CHUNK=BM*128
 def bf16(x):
     x=np.asarray(x,np.float32); u=x.view(np.uint32).astype(np.uint64)
