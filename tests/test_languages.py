@@ -1,0 +1,269 @@
+"""Languages as plugins (issue 18): discovery (folders, entry points, the registry hook), every backend's contract,
+the one static-build protocol, the Gluon experts' static builds, and `xlang compare` over four languages."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xlang import backend as B
+from xlang.archs import archs, get_arch
+from xlang.errors import XlangError
+from xlang.task import get_task, task_names
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT_IN = ("triton", "gluon", "cuda_ptx", "cutedsl")
+
+
+# ---- discovery -------------------------------------------------------------------------------------------------
+
+def test_every_folder_under_backends_is_a_language_in_display_order():
+    folders = sorted(p.name for p in (ROOT / "backends").iterdir() if (p / "backend.py").is_file())
+    assert sorted(B.lang_names()) == folders == sorted(BUILT_IN)
+    assert B.lang_names() == BUILT_IN  # rank order: tables and plots list them so
+    assert B.LANGS == BUILT_IN  # the older spelling still answers, from the registry
+    with pytest.raises(XlangError, match="unknown language 'fortran'.*triton, gluon, cuda_ptx, cutedsl"):
+        B.get_backend("fortran")
+
+
+FAKE_MODULE = '''
+from pathlib import Path
+from xlang.backend import Backend, BuildResult
+
+class FakeBackend(Backend):
+    name = "fakelang"
+    title = "Fake"
+    suffix = ".fk"
+    rank = 12
+    color = "#123456"
+    tools = ("fake-compiler",)
+    forbidden = ((r"\\bvendor_gemm\\b", "vendor calls are not allowed"),)
+
+    @property
+    def folder(self):
+        return Path(__file__).parent / "fakelang"
+
+    def compile(self, source_path, task, arch, shape, workdir):
+        return BuildResult(False, self.name, task.name, arch.name, shape, str(workdir), error="fake: no compiler")
+
+    def load_entry(self, build):
+        raise NotImplementedError
+
+BACKEND = FakeBackend
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A third-party package on sys.path that registers a language through the `xlang.backends` entry point,
+    next to a broken one (which must be skipped loudly, not break the others)."""
+    (tmp_path / "fakelang").mkdir()
+    (tmp_path / "fakelang" / "prompt.md").write_text("## Fake for {{ task.name }} on {{ targets }}\n")
+    (tmp_path / "xlang_fake_plugin.py").write_text(textwrap.dedent(FAKE_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    eps = [importlib.metadata.EntryPoint("fakelang", "xlang_fake_plugin:BACKEND", B.ENTRY_POINT_GROUP),
+           importlib.metadata.EntryPoint("broken", "xlang_no_such_module:BACKEND", B.ENTRY_POINT_GROUP)]
+    real = importlib.metadata.entry_points
+
+    def entry_points(**kw):
+        return eps if kw.get("group") == B.ENTRY_POINT_GROUP else real(**kw)
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    B.backends.cache_clear()
+    yield
+    B.backends.cache_clear()
+
+
+def test_a_third_party_language_registers_through_an_entry_point(plugin, capsys, tmp_path):
+    from xlang.report.plots import _color
+
+    assert B.lang_names() == ("triton", "fakelang", "gluon", "cuda_ptx", "cutedsl")  # its rank places it
+    assert "skipping language plugin 'broken'" in capsys.readouterr().err
+    fake = B.get_backend("fakelang")
+    task, arch = get_task("gemm"), get_arch("h100")
+    assert fake.prompt_section(task, arch) == "## Fake for gemm on sm_90a on Hopper\n"
+    assert fake.doc_files(arch) == ["h100/templates/fakelang.md"]
+    assert fake.screen("x = vendor_gemm(a)") and not fake.screen("// vendor_gemm in a comment")
+    assert _color("fakelang") == "#123456" and _color("gone_language") == "#888888"
+    from xlang.cli import require_build_tools
+
+    with pytest.raises(XlangError, match="fake-compiler"):  # its tools are checked before any work
+        require_build_tools(["fakelang"])
+    result = B.build_candidate("source", "fakelang", task, arch, workdir=tmp_path / "w", cache=False)
+    assert not result.ok and result.error == "fake: no compiler"
+
+
+def test_register_backend_is_the_in_process_hook():
+    class Tiny(B.PythonModuleBackend):
+        name, title, rank = "tiny", "Tiny", 1
+        static_build = "backends.triton.static_build"
+
+    with pytest.raises(TypeError):
+        B.register_backend(object())
+    try:
+        B.register_backend(Tiny())
+        assert B.lang_names()[0] == "tiny" and isinstance(B.get_backend("tiny"), Tiny)
+    finally:
+        B.unregister_backend("tiny")
+    assert "tiny" not in B.lang_names()
+
+
+# ---- every backend's contract --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("lang", BUILT_IN)
+def test_backend_contract(lang, tmp_path):
+    import matplotlib.colors
+
+    be = B.get_backend(lang)
+    assert be.name == lang and be.title and be.suffix in (".py", ".cu") and be.fences
+    assert matplotlib.colors.is_color_like(be.color) and isinstance(be.rank, int)
+    assert (be.folder / "prompt.md").is_file() and be.folder == ROOT / "backends" / lang
+    versions = be.versions()
+    assert versions and all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items())
+    for arch in archs().values():
+        for rel in be.doc_files(arch):
+            assert "*" not in rel and (ROOT / "arch_docs" / rel).is_file(), rel
+        for task in map(get_task, task_names()):
+            text = be.prompt_section(task, arch)
+            assert arch.sm in text and "{{" not in text and "{%" not in text
+            other = {a.sm for a in archs().values()} - {arch.sm}
+            assert not any(sm in text for sm in other), "a prompt names another architecture's target"
+        assert all(Path(p).exists() for p in be.cache_inputs(arch))
+    forbidden = "cublasGemmEx(h)" if lang == "cuda_ptx" else "C = torch.matmul(A, B)"
+    assert be.screen(forbidden) and not be.screen("")
+    build = B.BuildResult(True, lang, "gemm", "h100", {}, str(tmp_path), load_path=str(tmp_path / "none"))
+    assert be.own_cubins(build, tmp_path / "own") == []  # nothing built: nothing is its own
+    seed = be.seed_cache(build)
+    assert seed is None or Path(seed).parent == tmp_path
+    assert be.kernels_on_disk is (lang != "cutedsl")  # CuTe DSL's JIT output stays in memory
+    assert be.tools == (("nvcc",) if lang == "cuda_ptx" else ())
+
+
+def test_gluon_has_its_own_docs_and_seed_cache_and_runs_through_the_python_loader(tmp_path):
+    be = B.get_backend("gluon")
+    assert isinstance(be, B.PythonModuleBackend) and be.static_build == "backends.gluon.static_build"
+    assert be.doc_files(get_arch("b200")) == ["b200/templates/gluon.md"]
+    assert "tcgen05_mma" in be.prompt_section(get_task("gemm"), get_arch("b200"))
+    assert "warpgroup_mma" in be.prompt_section(get_task("gemm"), get_arch("h100"))
+    (tmp_path / "c.py").write_text("def xlang_entry(*a):\n    return 'called'\n")
+    build = B.BuildResult(True, "gluon", "gemm", "h100", {}, str(tmp_path), load_path=str(tmp_path / "c.py"))
+    assert be.load_entry(build)() == "called"
+    assert be.seed_cache(build) == tmp_path / ".triton"
+
+
+# ---- the static-build protocol --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("report, problem", [
+    ({"ok": True, "error": None, "kernels": [{"name": "k", "cubin": "k.cubin", "ptx": None, "meta": {}}]}, None),
+    ({"ok": False, "error": "boom", "kernels": []}, None),
+    ({"ok": "yes"}, "'ok' must be true or false"),
+    ({"ok": False}, "a failed build must give 'error'"),
+    ({"ok": True, "kernels": {"k": 1}}, "'kernels' must be a list"),
+    ({"ok": True, "kernels": [{"name": "k"}]}, "each kernel needs 'name' and 'cubin'"),
+    ({"ok": True, "kernels": [{"name": "k", "cubin": "c", "ptx": 3}]}, "'ptx' must be a path or null"),
+    ({"ok": True, "kernels": [{"name": "k", "cubin": "c", "meta": []}]}, "'meta' must be an object"),
+])
+def test_static_build_protocol(report, problem):
+    got = B.check_static_build_report(report)
+    assert got == problem if problem is None else problem in got
+
+
+def test_cutedsl_reports_in_the_shared_protocol():
+    from xlang.resources import import_module
+
+    cutedsl = import_module("backends.cutedsl.backend")
+    ok = cutedsl.report({"ok": True, "compiled": [{"name": "host", "kernels": ["k0", "k1"], "ptx": "/w/a.ptx",
+                                                   "cubin": ["/w/a.cubin"], "compile_s": 1.0}]})
+    assert B.check_static_build_report(ok) is None
+    assert ok["kernels"] == [{"name": "k0", "cubin": "/w/a.cubin", "ptx": "/w/a.ptx",
+                              "meta": {"host_function": "host", "kernels": ["k0", "k1"], "compile_s": 1.0}}]
+    bad = cutedsl.report({"ok": False, "error_kind": "compile_error", "error": "x", "where": "c.py:3"})
+    assert B.check_static_build_report(bad) is None and bad["error"] == "compile_error: x\n(at c.py:3)"
+
+
+def test_a_python_build_report_naming_a_file_outside_its_folder_is_refused(tmp_path, monkeypatch):
+    """The shared compile() keeps run_build_child's check: a report may name only files in the build folder."""
+    be = B.get_backend("gluon")
+    report = {"ok": True, "error": None, "kernels": [{"name": "k", "cubin": "/etc/passwd", "ptx": None}]}
+
+    class Child:
+        timed_out, returncode, stdout, stderr = False, 0, "", ""
+
+    import xlang.sandbox as sandbox
+
+    def python_child(module, args, **kw):
+        (Path(args[-1]) / "static_build.json").write_text(json.dumps(report))
+        return Child()
+
+    monkeypatch.setattr(sandbox, "python_child", python_child)
+    result = be.compile(tmp_path / "candidate.py", get_task("gemm"), get_arch("h100"), {}, tmp_path)
+    assert not result.ok and "outside its folder" in result.error
+
+
+# ---- the Gluon experts: static builds (no GPU) -----------------------------------------------------------------
+
+GLUON_EXPERTS = [
+    ("gemm", "h100", ("wgmma", "tma")), ("gemm", "b200", ("tcgen05_mma", "tma", "tmem", "tcgen05_commit")),
+    ("attn_fwd", "h100", ("wgmma", "tma")), ("attn_fwd", "b200", ("tcgen05_mma", "tma", "tmem")),
+    ("attn_fwd_causal", "h100", ("wgmma", "tma")), ("attn_fwd_causal", "b200", ("tcgen05_mma", "tma")),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name, arch_name, families", GLUON_EXPERTS)
+def test_gluon_expert_builds_and_passes_the_census(task_name, arch_name, families, tmp_path):
+    task, arch = get_task(task_name), get_arch(arch_name)
+    solution = task.solution("gluon", arch.generation, ".py")
+    assert solution is not None and solution.path.name == f"gluon_{arch.generation}.py"
+    if task_name.endswith("_causal"):
+        assert "CAUSAL = True" in solution.text
+    result = B.build_candidate(solution.text, "gluon", task, arch, workdir=tmp_path / "w", cache=False)
+    assert result.ok, result.error
+    assert result.census.ok, result.census.missing
+    assert all(result.census.families.get(f, 0) > 0 for f in families), result.census.families
+    assert all(Path(k.cubin).is_file() and Path(k.ptx).is_file() for k in result.kernels)
+
+
+@pytest.mark.slow
+def test_gluon_compile_error_is_the_compilers_message(tmp_path):
+    source = (ROOT / "tasks/gemm/solutions/gluon_hopper.py").read_text().replace(
+        "acc, _, _ = warpgroup_mma_wait", "acc = warpgroup_mma_wait")
+    result = B.build_candidate(source, "gluon", get_task("gemm"), get_arch("h100"), workdir=tmp_path, cache=False)
+    assert not result.ok and "Loop carried variable acc changed type" in result.error
+
+
+# ---- compare: four language columns (static only on this machine) ---------------------------------------------
+
+@pytest.mark.slow
+def test_compare_four_languages_on_b200(tmp_path):
+    from xlang.toolchain import find_tool
+
+    if find_tool("nvcc") is None:
+        pytest.skip("nvcc not found: the cuda_ptx column cannot be built")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    env.pop("XLANG_STORE", None)
+    args = ["compare", "--langs", "triton,gluon,cuda_ptx,cutedsl", "--arch", "b200", "--model", "reference",
+            "--tasks", "gemm", "--json"]
+    proc = subprocess.run([sys.executable, "-m", "xlang", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout)["table"]
+    assert [r["lang"] for r in rows] == list(BUILT_IN)  # one column per language, in the registry's order
+    for r in rows:
+        assert not r["missing"] and r["compile_rate"] == 1.0 and r["static_rate"] == 1.0, r
+        assert not r["runtime_ran"] and r["runtime_note"] == "not run (no sm_100a device)"
+    out = tmp_path / "report"
+    rep = subprocess.run([sys.executable, "-m", "xlang", "report", "--out", str(out)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    import pandas as pd
+
+    main = pd.read_csv(out / "data" / "cells.csv")
+    assert list(dict.fromkeys(main["lang"])) == list(BUILT_IN)
