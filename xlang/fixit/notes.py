@@ -68,7 +68,10 @@ class NoteIndex:
     """BM25 over a list of notes. search() returns the top-k notes with a positive score, best first."""
 
     def __init__(self, notes: list[dict], source: str = ""):
-        import bm25s
+        try:
+            import bm25s
+        except ImportError:
+            raise XlangError("--notes needs the bm25s package: pip install 'xlang[fixit]'") from None
 
         self.notes = list(notes)
         self.source = source
