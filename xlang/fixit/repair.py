@@ -95,7 +95,10 @@ def repair(folder: Path, model: str, *, profiler: str = "local", accept: str = "
                 kern.update(turn=None, category=v.category, code=ex.code, speedup=v.speedup, kernel_model=model,
                             harness_version=harness, origin="repair")
                 kern["id"] = C.digest("kernel", f["task"], f["lang"], f["arch"], ex.code)
-                if all(k["id"] != kern["id"] for k in kernels):
+                dd = C.Deduper(manifest.get("dedup") or 1.0)  # as collect: no near-duplicate of a kept kernel
+                for k in kernels:
+                    dd.remember(C.bucket_key(k, False), k["id"], k["code"])
+                if dd.seen(C.bucket_key(kern, False), ex.code) is None:
                     kernels.append(kern)
             break
         C.write_jsonl(folder / PAIRS, pairs)  # after each failure: an interrupted repair keeps what it had
