@@ -91,27 +91,17 @@ def test_missing_nvcc_stops_before_any_build(xlang, tmp_path, no_nvcc):
     one_line(err, "nvcc not found")
 
 
-# ------------------------------------------------------------------------------------------- the worker
+# ------------------------------------------------------------------------------- the worker's replacement
 
 
-def test_worker_start_errors_are_one_line(xlang, monkeypatch):
-    monkeypatch.setenv("XLANG_FAKE_GPUS", "[]")
+def test_worker_urls_point_to_ray(xlang, tmp_path):
+    """`xlang worker` is gone (Ray replaces it): a worker URL says what to use instead, in one line."""
+    code, _, err = xlang("compare", "--arch", "h100", "--langs", "triton", "--profiler", "http://gpu-box:8765",
+                         "--store", tmp_path / "r.db")
+    assert code == 2
+    one_line(err, "--ray ADDRESS")
     code, _, err = xlang("worker", "--port", "0")
-    assert code == 2
-    one_line(err, "no NVIDIA GPU")
-    monkeypatch.setenv("XLANG_FAKE_GPUS", FAKE_GPU)
-    code, _, err = xlang("worker", "--port", "99999")
-    assert code == 2
-    one_line(err, "99999")
-    code, _, err = xlang("worker", "--host", "nosuchhost.invalid", "--token", "t", "--port", "0")
-    assert code == 2
-    one_line(err, "does not resolve")
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        code, _, err = xlang("worker", "--port", busy.getsockname()[1])
-    assert code == 2
-    one_line(err, "already in use")
+    assert code == 2 and "No such command" in err
 
 
 # ------------------------------------------------------------------------------------------- models
@@ -355,7 +345,7 @@ def test_no_command_shows_a_traceback_for_bad_input(xlang, tmp_path, monkeypatch
         ["report", "--store", tmp_path],
         ["trajectory", "--store", tmp_path / "none.db"], ["trajectory", "--store", garbage],
         ["trajectory", "x", "--store", newer], ["trajectory", "--store", binary],
-        ["worker", "--port", "99999"], ["worker", "--port", "-5"], ["worker"],
+        ["compare", "--arch", "h100", "--langs", "triton", "--ray", "--profiler", "none", *s],
     ]
     for args in cases:
         code, out, err = xlang(*args)

@@ -238,7 +238,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code)
 
     try:
-        app(args=argv, prog_name="xlang")
+        from xlang.scaleout import normalise_argv  # `--ray` alone: a local Ray (typer has no optional values)
+
+        app(args=normalise_argv(sys.argv[1:] if argv is None else argv), prog_name="xlang")
     except XlangError as e:
         fail(str(e), 2)
     except KeyboardInterrupt:

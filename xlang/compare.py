@@ -5,8 +5,11 @@ shape and seed. Its run id is derived from all of those, so re-running the same 
 run is stored as finished is never run again; an interrupted one is resumed by the agent loop (every stored turn
 is kept, the turn that was in flight is done again); the store (SQLite, WAL, synchronous=FULL) keeps every
 committed turn through a SIGKILL. When the architecture's GPU is not reachable (`--profiler local` on a machine
-without it, or a worker without it) the cells still compile and take the static census, and their runtime
+without it, or a Ray cluster without it) the cells still compile and take the static census, and their runtime
 columns say why they were not run, e.g. "not run (no sm_100a device)".
+
+With `--ray [ADDRESS]` (xlang.scaleout) cells run several at a time: builds are Ray CPU tasks, verdicts Ray GPU
+tasks on nodes that declare the architecture's SM; only this process (the driver) writes the store.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class CompareConfig:
     prompt_variants: str | None = None  # the agent loop's options (xlang.agent.loop.RunConfig)
     context: str = "trimmed"
     target_speedup: float | None = None
+    ray: str | None = None  # --ray: "local" (start Ray here) or a cluster address; None: no Ray
 
 
 @dataclass
@@ -168,8 +172,19 @@ def _check_model(model: str) -> None:
 
 
 def _check_profiler(cfg: CompareConfig) -> str:
-    """A worker URL must answer before any work. Returns a line describing where runtime runs."""
+    """Ray (--ray) must start or answer before any work. Returns a line describing where runtime runs."""
     spec = cfg.profiler
+    if spec == "ray" or spec.startswith("ray:"):  # --profiler ray[:ADDRESS] is --ray [ADDRESS]
+        from xlang.scaleout import address_of
+
+        cfg.ray, cfg.profiler = address_of(spec), "local"
+        spec = "local"
+    if cfg.ray:
+        if spec != "local":
+            raise XlangError(f"--ray runs the profiler on the Ray cluster's GPUs: drop --profiler {spec}")
+        from xlang.scaleout import connect
+
+        return connect(cfg.ray)
     if spec in ("local", "none"):
         return spec
     if "://" not in spec and ":" not in spec:  # a bare word is a typo, not a host name
@@ -177,13 +192,11 @@ def _check_profiler(cfg: CompareConfig) -> str:
 
         if spec in _FACTORIES:
             return spec
-        raise XlangError(f"unknown profiler '{spec}' (known: {', '.join(_FACTORIES)}, or a worker URL "
-                         "http://HOST:PORT)")
-    from xlang.remote import RemoteProfiler
+        raise XlangError(f"unknown profiler '{spec}' (known: {', '.join(_FACTORIES)}; GPUs elsewhere: --ray ADDRESS)")
+    from xlang.agent.runtime import make_runtime
 
-    client = RemoteProfiler(spec)
-    client.health()
-    return f"worker {client.describe()}"
+    make_runtime(spec, None)  # a worker URL: the one-line error that says what replaced it
+    return spec
 
 
 def _stored_finished(store_path: str, run_ids: list[str]) -> dict[str, str]:
@@ -201,11 +214,64 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
     from xlang.agent.loop import RunConfig, run
 
     rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, model=cfg.model, turns=cfg.turns,
-                   samples=cfg.samples, docs=cfg.docs, profiler=cfg.profiler, store=cfg.store,
+                   samples=cfg.samples, docs=cfg.docs, profiler=_profiler_spec(cfg), store=cfg.store,
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
                    temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
                    prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup)
     return run(rc, on_turn)
+
+
+def _profiler_spec(cfg: CompareConfig) -> str:
+    if not cfg.ray:
+        return cfg.profiler
+    from xlang.scaleout import profiler_spec
+
+    return profiler_spec(cfg.ray)
+
+
+def _run_on_ray(cfg: CompareConfig, todo: list[Cell], console, progress: bool) -> list[CellOutcome]:
+    """--ray: several cells at a time (two per GPU the cluster declares), each through the agent loop whose builds
+    and verdicts are Ray tasks; the display shows queued / building / evaluating / done per GPU."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from xlang import scaleout
+
+    slots = scaleout.gpu_slots()
+    outcomes: list[CellOutcome] = []
+
+    def one(cell):
+        t0 = time.monotonic()
+        return run_cell(cfg, cell), time.monotonic() - t0
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+               TextColumn("elapsed"), TimeElapsedColumn()]
+    with Progress(*columns, console=console, transient=True, disable=not progress) as bar, \
+            ThreadPoolExecutor(max(2, 2 * len(slots)), thread_name_prefix="xlang-cell") as pool:
+        overall = bar.add_task("cells", total=len(todo))
+        rows = [bar.add_task("", total=None) for _ in range(len(slots) + 1)]
+        futures = {pool.submit(one, cell): cell for cell in todo}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            scaleout.MONITOR.poll()
+            for row, line in zip(rows, scaleout.progress_lines(scaleout.MONITOR.snapshot(), slots)):
+                bar.update(row, description=f"  {line}")
+            for future in done:
+                cell = futures[future]
+                result, seconds = future.result()
+                state, text = _summarise(result)
+                outcomes.append(CellOutcome(cell, state, seconds, text))
+                bar.advance(overall)
+                colour = {"done": "green", "missing": "dim"}.get(state, "yellow")
+                console.print(f"[{colour}]{'✓' if state in ('done', 'missing') else '!'}[/{colour}] {cell.task} · "
+                              f"{cell.lang} · {cell.arch}: {text} [dim]({seconds:.1f} s)[/dim]", highlight=False)
+    snap = scaleout.MONITOR.snapshot()
+    if snap["done"]:
+        console.print("Ray verdicts per GPU: " + ", ".join(f"{slot} {n}" for slot, n in sorted(snap["done"].items())),
+                      highlight=False)
+    return outcomes
 
 
 def _summarise(result) -> tuple[str, str]:
@@ -248,6 +314,9 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
     outcomes = [CellOutcome(c, "stored") for c in cells if c.run_id in finished]
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
                TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn()]
+    if cfg.ray:
+        outcomes += _run_on_ray(cfg, todo, console, progress)
+        todo = []
     with Progress(*columns, console=console, transient=True, disable=not progress) as bar:
         overall = bar.add_task("cells", total=len(todo))
         for i, cell in enumerate(todo, 1):

@@ -1,10 +1,9 @@
-"""`xlang compare`, `xlang report` and `xlang worker`. Registered on the CLI app by register(app); pandas,
+"""`xlang compare` and `xlang report`. Registered on the CLI app by register(app); pandas,
 matplotlib and the agent loop are imported only when a command runs."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -16,7 +15,6 @@ from xlang.compare import DEFAULT_CONCURRENCY
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare_command)
     app.command("report")(report_command)
-    app.command("worker")(worker_command)
 
 
 def compare_command(
@@ -31,7 +29,9 @@ def compare_command(
     docs: str = typer.Option("contracts", help="architecture docs level: none | params | templates | contracts"),
     store: Optional[str] = typer.Option(None, help="results database (default: xlang-runs/results.db or "
                                                    "$XLANG_STORE)"),
-    profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
+    profiler: str = typer.Option("local", help="local | none (GPUs elsewhere: --ray ADDRESS)"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="run on Ray: --ray alone starts one on this machine's "
+                                                          "GPUs, --ray ADDRESS joins a cluster (xlang[ray])"),
     shape: Optional[str] = typer.Option(None, help="size overrides, each for the tasks that have that size, e.g. "
                                                    "M=4096,N=4096,K=4096 (gemm) or S=2048 (attention)"),
     seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
@@ -62,7 +62,7 @@ def compare_command(
                         model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
                         profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
                         max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
-                        prompt_variants=prompt_variants, context=context, target_speedup=target_speedup)
+                        prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray)
     result = run_compare(cfg, console)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
                                        f"samples {cfg.samples} · docs {cfg.docs}")
@@ -144,21 +144,3 @@ def report_command(
     console.print(f"wrote {rep.index}, {rep.markdown}, {len(rep.plots)} plots, {len(rep.csv)} CSV"
                   + (f", {len(rep.parquet)} Parquet" if rep.parquet else f" ({rep.parquet_note})"), highlight=False)
 
-
-def worker_command(
-    host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default; any other needs a token)"),
-    port: int = typer.Option(8765, help="port (0: any free port)"),
-    token: Optional[str] = typer.Option(None, help="bearer token clients must send (default: $XLANG_WORKER_TOKEN)"),
-    generate_token: bool = typer.Option(False, "--generate-token", help="make a random token and print it"),
-):
-    """Serve the GPU profiler over HTTP: one job per GPU at a time, each evaluation in its own process."""
-    from xlang.errors import XlangError
-    from xlang.remote import TOKEN_ENV, new_token, serve
-
-    if not 0 <= port <= 65535:
-        raise XlangError(f"--port {port} is not a port number (0-65535; 0: any free port)")
-    token = token or os.environ.get(TOKEN_ENV) or None
-    if generate_token and not token:
-        token = new_token()
-        typer.echo(f"token: {token}  (clients: export {TOKEN_ENV}={token})", err=True)
-    serve(host, port, token, log=lambda s: typer.echo(s, err=True))

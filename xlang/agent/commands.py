@@ -28,7 +28,9 @@ def run_command(
     turns: int = typer.Option(8, help="turns per sample"),
     samples: int = typer.Option(1, help="independent trajectories"),
     docs: str = typer.Option("contracts", help="architecture docs level: none | params | templates | contracts"),
-    profiler: str = typer.Option("local", help="local | none | a worker URL http://HOST:PORT"),
+    profiler: str = typer.Option("local", help="local | none (GPUs elsewhere: --ray ADDRESS)"),
+    ray: Optional[str] = typer.Option(None, "--ray", help="run on Ray: --ray alone starts one on this machine's "
+                                                          "GPUs, --ray ADDRESS joins a cluster (xlang[ray])"),
     store: str = typer.Option(None, help="results database (default: xlang-runs/results.db or $XLANG_STORE)"),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="stop starting LLM calls past this many USD"),
     concurrency: int = typer.Option(DEFAULT_CONCURRENCY, help="samples run at the same time"),
@@ -64,6 +66,13 @@ def run_command(
 
     console = make_console()  # piped: not cut at 80 columns
     lock = threading.Lock()
+    if ray is not None:
+        from xlang.errors import XlangError
+        from xlang.scaleout import profiler_spec
+
+        if profiler != "local":
+            raise XlangError(f"--ray runs the profiler on the Ray cluster's GPUs: drop --profiler {profiler}")
+        profiler = profiler_spec(ray)
     cfg = RunConfig(task=task, lang=lang, arch=arch, model=model, turns=turns, samples=samples, docs=docs,
                     profiler=profiler, store=store or default_store(),
                     max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),

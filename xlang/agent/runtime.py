@@ -5,7 +5,9 @@ and `evaluate(source, build, lang, task, arch, shape, options) -> Verdict` runs 
   none   never runs ("not run (--profiler none)")
   local  xlang.profiler.evaluate.evaluate(build, lang, task, arch, shape, options) when a GPU of the arch's
          compute capability is on this machine
-  URL    an `xlang worker` (xlang.remote.RemoteProfiler), which receives the source
+  ray    `--ray [ADDRESS]` (xlang.scaleout): builds as Ray CPU tasks, verdicts as Ray GPU tasks on a node that
+         declares the architecture's SM; spec 'ray' (a local Ray) or 'ray:ADDRESS'
+A Runtime's `build` (when set) replaces build_candidate for the static build (Ray runs it as a CPU task).
 Others hook in with register_runtime(name, factory) (factory(spec, arch) -> Runtime) and `--profiler NAME`.
 """
 
@@ -27,6 +29,7 @@ class Runtime:
     note: str = ""  # why it does not run, e.g. "not run (no sm_100a device)"
     evaluate: Callable | None = None  # (source, build, lang, task, arch, shape, options) -> Verdict
     info: dict = field(default_factory=dict)
+    build: Callable | None = None  # (code, lang, task, arch, shape, workdir=...) -> BuildResult; None: build here
 
 
 _FACTORIES: dict[str, Callable[[str, object], Runtime]] = {}
@@ -52,27 +55,11 @@ def _local_runtime(spec: str, arch) -> Runtime:
         return Runtime("local", False, f"not run (the profiler xlang.profiler.evaluate is not available: {e})")
 
     def run(source, build, lang, task, arch_, shape, options):
-        # The evaluation's files go beside the turn's build (a remote worker keeps its own).
+        # The evaluation's files go beside the turn's build.
         options.setdefault("workdir", str(Path(build.workdir) / "eval"))
         return evaluate(build, lang, task, arch_, shape, options)
 
     return Runtime("local", True, evaluate=run, info={"gpus": gpus})
-
-
-def _remote_runtime(spec: str, arch) -> Runtime:
-    try:
-        from xlang.remote import RemoteProfiler
-    except ImportError as e:
-        raise XlangError(f"--profiler {spec}: the remote worker client (xlang.remote) is not available: {e}") from None
-    client = RemoteProfiler(spec)
-    health = client.health()  # unreachable: XlangError now, before any work
-    if not client.supports(arch):
-        return Runtime("remote", False, f"not run (no {arch.sm} device at {client.url})", info={"health": health})
-
-    def run(source, build, lang, task, arch_, shape, options):
-        return client.evaluate(source, lang, task, arch_, shape, options)
-
-    return Runtime("remote", True, evaluate=run, info={"url": client.url, "health": health})
 
 
 register_runtime("none", _no_runtime)
@@ -82,9 +69,14 @@ register_runtime("local", _local_runtime)
 def make_runtime(spec: str, arch) -> Runtime:
     if spec in _FACTORIES:
         return _FACTORIES[spec](spec, arch)
+    if spec == "ray" or spec.startswith("ray:"):
+        from xlang.scaleout import ray_runtime
+
+        return ray_runtime(spec, arch)
     if "://" in spec or ":" in spec:
-        return _remote_runtime(spec, arch)
-    raise XlangError(f"unknown profiler '{spec}' (known: {', '.join(_FACTORIES)}, or a worker URL http://HOST:PORT)")
+        raise XlangError(f"--profiler {spec}: the HTTP worker (xlang worker) is gone; put the GPU machines in a Ray "
+                         "cluster and pass --ray ADDRESS (README: Scale-out on Ray)")
+    raise XlangError(f"unknown profiler '{spec}' (known: {', '.join(_FACTORIES)}; GPUs elsewhere: --ray ADDRESS)")
 
 
 # ---------------------------------------------------------------------------------------------- judging
@@ -129,7 +121,7 @@ def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime
     if reasons:
         return Judgement(V.Verdict(V.FORBIDDEN_CALL, detail="; ".join(reasons), **base), None)
     start = time.monotonic()
-    build = build_candidate(code, lang, task, arch, shape, workdir=workdir)
+    build = (runtime.build or build_candidate)(code, lang, task, arch, shape, workdir=workdir)
     build_s = time.monotonic() - start
     bd = build.to_dict()
     base["fingerprint"] = {"toolchain": toolchain_versions()}

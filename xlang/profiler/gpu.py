@@ -19,11 +19,16 @@ def gpus() -> tuple[dict, ...]:
     """One dict per visible NVIDIA GPU: index, name, compute_capability (e.g. 90), driver, clocks, memory.
 
     XLANG_FAKE_GPUS (a JSON list of {index, name, compute_capability}) stands in for the hardware in tests.
+    XLANG_GPUS (indices, comma-separated) keeps only those: a Ray GPU task sets it to the GPU Ray assigned it
+    (NVML sees every GPU of the node whatever CUDA_VISIBLE_DEVICES says).
     """
     fake = os.environ.get("XLANG_FAKE_GPUS")
-    if fake is not None:
-        return tuple(json.loads(fake))
-    return _present()
+    found = tuple(json.loads(fake)) if fake is not None else _present()
+    only = os.environ.get("XLANG_GPUS")
+    if only is not None:
+        keep = {int(i) for i in only.split(",") if i.strip().isdigit()}
+        found = tuple(g for g in found if g.get("index") in keep)
+    return found
 
 
 @functools.cache
