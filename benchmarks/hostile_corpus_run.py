@@ -50,8 +50,11 @@ def check(entry: dict, v, seconds: float) -> list[str]:
 
 
 def survivors() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,user,args"], capture_output=True, text=True).stdout.splitlines()
-    return [ln for ln in out[1:] if ln.split()[1:2] and ln.split()[1] in ("nobody", "65534", "65533")
+    from xlang.sandbox import BUILD_UID, CANDIDATE_UID_BASE
+
+    out = subprocess.run(["ps", "-eo", "pid,uid,args"], capture_output=True, text=True).stdout.splitlines()
+    return [ln for ln in out[1:] if len(ln.split()) > 2 and ln.split()[1].isdigit()
+            and (int(ln.split()[1]) == BUILD_UID or CANDIDATE_UID_BASE <= int(ln.split()[1]) < CANDIDATE_UID_BASE + 1000)
             and "<defunct>" not in ln]
 
 

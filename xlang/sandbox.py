@@ -34,7 +34,9 @@ from pathlib import Path
 from xlang import resources
 from xlang.errors import XlangError
 
-NOBODY = 65534
+NOBODY = 65534  # kept for the uid probes only: candidates get uids of their own, never a system account's
+BUILD_UID = 63999  # static builds (their PID namespace ends their tree; never touched by kill_uid)
+CANDIDATE_UID_BASE = 64000  # + slot (4 per GPU: check, memcheck, ncu, vendor); kill_uid() acts only on these
 LEVELS = ("process", "bwrap", "bwrap+uid")
 # Environment variables a child may inherit from ours (values never secret). Everything else is dropped.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
@@ -56,6 +58,7 @@ def child_env(extra: dict | None = None, home: Path | None = None) -> dict:
     env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     if home is not None:
         env.update(HOME=str(home), TMPDIR=str(home / "tmp"), XDG_CACHE_HOME=str(home / ".cache"),
+                   USER="xlang-candidate", LOGNAME="xlang-candidate",  # its uid has no passwd entry
                    TRITON_CACHE_DIR=str(home / ".triton"), CUTE_DSL_CACHE_DIR=str(home / ".cute"))
     env.update(extra or {})
     return env
@@ -106,7 +109,7 @@ class Jail:
     readable: list[Path] = field(default_factory=list)
     gpu: bool = False
     relaxed: bool = False
-    uid: int = NOBODY  # one per concurrent evaluation (per GPU): kill_uid() then ends all it left behind
+    uid: int = BUILD_UID  # one per GPU and stage for runtime (uid_for_slot): kill_uid() ends all it left behind
 
     def prepare(self) -> None:
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)
@@ -184,14 +187,15 @@ def _drop_uid(uid: int = NOBODY) -> list[str]:
 
 
 def uid_for_slot(slot: int) -> int:
-    """The candidate uid of one concurrent evaluation slot (a GPU index): 65534 for the first, then below."""
-    return NOBODY - 1 - slot if slot else NOBODY
+    """The candidate uid of one concurrent runtime slot (4 x GPU index + stage): no two stages that can run at
+    the same time share it, and no build or system account has it."""
+    return CANDIDATE_UID_BASE + slot
 
 
 def kill_uid(uid: int) -> int:
     """SIGKILL every process of `uid` (the candidate's, when we dropped to it): what a candidate left behind,
     in or out of its process group, double-forked or not. Only when we are root and the uid is a jail uid."""
-    if os.geteuid() != 0 or uid < 60000:
+    if os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
         return 0
     killed = 0
     for _ in range(3):  # a fork between the scan and the kill is caught by the next round
@@ -344,7 +348,7 @@ def python_child(module: str, args: list[str], timeout: float, cwd: Path | None 
     if jail is not None:
         jail.prepare()
         cmd = jail.command(cmd)
-        private = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "CUTE_DSL_CACHE_DIR")
+        private = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "CUTE_DSL_CACHE_DIR", "USER", "LOGNAME")
         env = {**(env or {}), **{k: v for k, v in child_env(home=jail.home).items() if k in private}}
     return run_child(cmd, timeout, cwd, env)
 
