@@ -30,9 +30,10 @@ turns.reasoning; version 3 added runs.notes_level and turns.notes_json):
   meta     key/value: schema_version.
 
 Readers (`Store(path, readonly=True)`: report, trajectory, replay) open the file with SQLite's mode=ro (immutable
-on read-only media) and never change it; a file that is not a store, is damaged, lacks a table or has another
-schema version is refused with one line (StoreError). Writers refuse a newer version or missing tables and
-upgrade an older version in place (new tables and columns added, nothing stored changed).
+on read-only media) and never change it; a file that is not a store, is damaged, lacks a table or has a newer
+schema version is refused with one line (StoreError); an older one (a published report's) is read through an
+upgraded copy in memory. Writers refuse a newer version or missing tables and upgrade an older version in
+place (new tables and columns added, nothing stored changed).
 
 Keys are idempotent: writing the same (run_id, sample_idx, turn_idx) twice keeps the first row, so a resumed
 run never duplicates anything. JSON columns hold JSON text; `Store.turns()` returns them decoded.
@@ -229,9 +230,6 @@ def _check_schema(conn: sqlite3.Connection, path: Path, writer: bool) -> int | N
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path} has schema version {version}, newer than this xlang's ({SCHEMA_VERSION}): "
                          "upgrade xlang to use it")
-    if version < SCHEMA_VERSION and not writer:
-        raise StoreError(f"{path} has schema version {version}, older than this xlang's ({SCHEMA_VERSION}): "
-                         "a writer (xlang run or xlang compare) upgrades it; readers never change a store")
     missing = [t for t in _TABLES if t not in names]
     if missing and version == SCHEMA_VERSION:  # an older version may lack tables added since: _upgrade adds them
         raise StoreError(f"{path} is damaged: missing {', '.join(missing)} (nothing was changed)")
@@ -280,7 +278,20 @@ class Store:
         if readonly:
             self._conn = _open_readonly(self.path)
             try:
-                _check_schema(self._conn, self.path, writer=False)
+                version = _check_schema(self._conn, self.path, writer=False)
+                if version is not None and version < SCHEMA_VERSION:
+                    # An older store (a published report's, say) is read through an upgraded copy in memory:
+                    # the file itself is never changed.
+                    copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+                    self._conn.backup(copy)
+                    self._conn.close()
+                    self._conn = copy
+                    copy.execute("BEGIN")
+                    _upgrade(copy, version)
+                    copy.execute("COMMIT")
+            except sqlite3.Error as e:
+                self._conn.close()
+                raise StoreError(_not_a_store(self.path, e)) from None
             except BaseException:
                 self._conn.close()
                 raise
