@@ -229,6 +229,7 @@ def test_compare_table_at_80_columns_says_not_run_once():
 
 
 def test_build_limit_cleanup_keep_and_cache(xlang, tmp_path, monkeypatch):
+    monkeypatch.setenv("XLANG_BUILD_CACHE", str(tmp_path / "cache"))  # its own: the entry tampered below is ours
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
