@@ -166,3 +166,25 @@ def test_flooding_and_pipe_holding_candidate_is_bounded(tmp_path):
     assert run.result["status"] == "ok", run.result
     assert time.monotonic() - start < 90
     assert len(run.child.stdout) + len(run.child.stderr) < 2 << 20  # what is kept of the output is bounded
+
+
+def test_kill_uid_ends_what_a_stage_left_behind_and_nothing_else():
+    import shutil as _shutil
+
+    from xlang.sandbox import kill_uid, uid_for_slot
+
+    if os.geteuid() != 0 or not _shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (the uid change is what makes the cleanup possible)")
+    mine, other = uid_for_slot(9), uid_for_slot(10)
+    procs = [subprocess.Popen(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "60"],
+                              start_new_session=True) for uid in (mine, mine, other)]
+    try:
+        time.sleep(0.3)
+        assert kill_uid(mine) == 2
+        for p in procs[:2]:
+            assert p.wait(5) == -9
+        assert procs[2].poll() is None  # another stage's candidate is untouched
+        assert kill_uid(0) == 0 and kill_uid(65534) == 0  # never root, never a system account
+    finally:
+        for p in procs:
+            p.kill()

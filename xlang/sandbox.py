@@ -204,10 +204,14 @@ def kill_uid(uid: int) -> int:
             if not entry.isdigit():
                 continue
             try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    os.kill(int(entry), signal.SIGKILL)
-                    found += 1
-            except (OSError, ProcessLookupError):
+                if os.stat(f"/proc/{entry}").st_uid != uid:
+                    continue
+                with open(f"/proc/{entry}/stat") as f:
+                    if f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
+                        continue  # already dead, waiting for its parent to reap it
+                os.kill(int(entry), signal.SIGKILL)
+                found += 1
+            except (OSError, ProcessLookupError, IndexError):
                 pass
         killed += found
         if not found:
