@@ -23,9 +23,11 @@ NOT_RUN = "not run (no sm_100a device)"
 
 
 def _xlang(args, store, **kw):
-    """Run xlang in the store's project folder; the store is the default one there (a relative path)."""
+    """Run xlang in the store's project folder; the store is the default one there (a relative path), and so
+    is its build cache: a cache warmed by an earlier run would let the compare finish before a kill lands."""
     assert store.parent.name == "xlang-runs" and store.name == "results.db"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200",
+           "XLANG_BUILD_CACHE": str(store.parent / "build-cache")}
     env.pop("XLANG_STORE", None)
     return subprocess.Popen([sys.executable, "-m", "xlang", *args], cwd=store.parent.parent, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
