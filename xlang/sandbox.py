@@ -64,9 +64,6 @@ def child_env(extra: dict | None = None, home: Path | None = None) -> dict:
     return env
 
 
-# Kept for callers that ran trusted children (nvcc, cuobjdump): the same allow-list.
-scrubbed_env = child_env
-
 
 # ---- the jail ------------------------------------------------------------------------------------------
 

@@ -24,10 +24,12 @@ ok | incorrect | runtime_error | memory_error | forbidden_call | timeout.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -449,9 +451,6 @@ class Provenance:
     into its private cache). Any other kernel that looks like math is forbidden_call, whatever its name."""
 
     def __init__(self, spec: dict, home: Path | None):
-        import hashlib
-
-        self.hash = lambda data: hashlib.sha256(data).hexdigest()  # as the observer hashes a loaded module
         self.own: set = set()
         self.kernels_on_disk = spec.get("kernels_on_disk", True)  # Backend.kernels_on_disk
         self.home = home
@@ -467,7 +466,7 @@ class Provenance:
 
         data = read_untrusted_bytes(path, 64 << 20)
         if data:
-            self.own.add(self.hash(data))
+            self.own.add(hashlib.sha256(data).hexdigest())  # as the observer hashes a loaded module
 
     def rescan(self) -> None:
         if self.home is None:
@@ -499,8 +498,6 @@ class Provenance:
                                             "a module not built from the candidate's source")
 
 
-import re  # noqa: E402
-
 _UTILITY_KERNEL = re.compile(r"at::native::|elementwise|vectorized_|fill|copy|memset|cast|index_|distribution_|"
                              r"reduce_kernel|arange|zero", re.I)
 
@@ -515,9 +512,6 @@ def _observer(spec):
     return Observer(Path(spec["observer_library"]))
 
 
-SEEN: dict = {"all": set(), "own": set()}  # kernel names the observer saw in this stage (for the ncu cross-check)
-
-
 def _flush(observer, prov, timeout=60.0):
     """All the candidate's work so far is finished (the observer synchronised its contexts) and recorded."""
     if observer is None:
@@ -529,12 +523,7 @@ def _flush(observer, prov, timeout=60.0):
     except ObserverError as e:
         raise Outcome("runtime_error", f"the kernel observer failed: {e}") from None
     if prov is not None:
-        ks = kernels(records)
-        prov.judge(ks)
-        for k in ks:
-            SEEN["all"].add(k.name)
-            if k.module in prov.own:
-                SEEN["own"].add(k.name)
+        prov.judge(kernels(records))
     return records
 
 
@@ -549,7 +538,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
         progress(f"trial {i}: {where}")
         call = Call(ctx, shape)
         try:
-            inputs = _make_inputs(task, shape, seed, ctx["device"], kind)
+            inputs = _make_inputs(task, shape, seed, ctx["kind"], kind)
             call.fill(inputs)
             call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None)
             _flush(observer, prov)
@@ -593,19 +582,19 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         t0 = time.perf_counter()
         call.run(runner, ctx["call_timeout_s"])
         records = _flush(observer, prov)
-        LAST["records"] = records
         wall_ms = (time.perf_counter() - t0) * 1e3
         if check:
             verify(ctx, call, inputs, f"timed call {k} of the {who}")
         from xlang.profiler.observer import span
 
-        return (span(records) / 1e6 if observer is not None else None), wall_ms
+        return (span(records) / 1e6 if observer is not None else None), wall_ms, records
 
     try:
         progress(f"timing {who}: first calls")
         for k in range(2):  # JIT compilation, autotuning, module loads
             one(k, check=k == 1 and verify_n != 0)
         est = max(1e-3, one(2, check=False)[0 if observer is not None else 1] or 1e-3)
+        records = []
         warm = int(min(200, max(3, timing.get("sustain_s", 0.3) * 1e3 / est)))
         reps = int(min(timing.get("max_reps", 200), max(timing.get("min_reps", 20), timing.get("budget_s", 0.6) * 1e3 / est)))
         rng = random.Random(ctx["secret"] + hash(who) % 1000)
@@ -615,19 +604,16 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         for k in range(warm):
             one(3 + k, check=False)
         for k in range(reps):
-            span, w = one(3 + warm + k, check=k in verified)
+            span, w, records = one(3 + warm + k, check=k in verified)
             spans.append(span)
             wall.append(w)
-        last_call = sorted(k.name for k in _kernels(LAST["records"]))
+        last_call = sorted(k.name for k in _kernels(records))
     finally:
         call.close([runner])
     samples = spans if observer is not None else wall
     return {"stats": _stats(samples), "method": "cupti_kernel_span" if observer is not None else "wall_clock_ipc",
             "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall),
             "call_kernels": last_call if observer is not None else None}
-
-
-LAST: dict = {"records": []}
 
 
 def _kernels(records):
@@ -780,7 +766,7 @@ def run(spec: dict, progress) -> dict:
     else:
         fp = {"python": platform.python_version(), "device": "cpu"}
     task = get_task(spec["task"])
-    ctx = {"spec": spec, "task": task, "kind": kind, "device": kind, "atol": task.tolerance["atol"],
+    ctx = {"spec": spec, "task": task, "kind": kind, "atol": task.tolerance["atol"],
            "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
            "secret": random.SystemRandom().randrange(1 << 30)}
     from xlang.sandbox import level
@@ -789,10 +775,7 @@ def run(spec: dict, progress) -> dict:
     result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"], "isolation": isolation}
     try:
         if spec["mode"] == "check":
-            try:
-                result.update(run_check(ctx, progress))
-            finally:
-                result["kernels_seen"] = {k: sorted(v)[:200] for k, v in SEEN.items()}
+            result.update(run_check(ctx, progress))
         elif spec["mode"] in ("memcheck", "ncu"):
             result.update(run_tool_stage(ctx, list(spec["tool"]), progress))
         else:
