@@ -603,10 +603,9 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     if world:
         failures.append(world)
     failures = [f for f in failures if f]
-    if failures:
-        if any(f[0] == V.NOT_EXECUTED for f in failures) and len(failures) == 1 and census_failure:
-            return finish(*census_failure)
-        return finish(*min(failures, key=lambda f: V.STAGE_ORDER.index(f[0])))
+    if failures:  # the first in the declared order, the census's failure included
+        return finish(*min(failures + [census_failure] * bool(census_failure),
+                           key=lambda f: V.STAGE_ORDER.index(f[0])))
     if census_failure:
         return finish(census_failure[0], census_failure[1] + " (the candidate is correct: "
                       + _ok_detail(verdict, required) + ")")
