@@ -208,7 +208,9 @@ class TimingGate:
 
 def _stage_env(options: EvalOptions, gpu: dict) -> dict:
     env = {}
-    if len(gpu_mod.gpus()) > 1:
+    # Always the GPU NVML named (PCI order, as NVML counts): with XLANG_GPUS keeping one GPU of several, the
+    # judge must not fall back to CUDA's device 0 while its NVML checks look at another.
+    if gpu.get("index") is not None and (len(gpu_mod.gpus()) > 1 or os.environ.get("XLANG_GPUS") is not None):
         env.update(CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu["index"]))
     env.update(options.extra_env)
     return env
