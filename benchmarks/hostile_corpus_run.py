@@ -1,7 +1,7 @@
 """Judge our hostile corpus (tests/kernels/hostile/MANIFEST.toml) on the GPU and check each verdict against what
 a correct judge must conclude. Prints one line per candidate and a summary; writes JSON lines to --out.
 
-  PYTHONPATH=. python3 benchmarks/hostile_corpus_run.py [--only NAME,...] [--shard K/N] [--budget-s 500] [--out FILE]
+  PYTHONPATH=. python3 benchmarks/hostile_corpus_run.py [--only NAME,...] [--shard K/N] [--also NAME,...] [--budget-s 500] [--out FILE]
 
 Before and after the corpus it judges an honest expert and tests/kernels/bad/off_by_one.py: persistence
 attacks must leave both verdicts unchanged. A planted secret (XLANG_TEST_API_KEY) sits in this process's
@@ -69,6 +69,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
+    ap.add_argument("--also", default="", help="entries judged first, besides the shard (a re-run)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--shard", default="1/1", help="K/N: judge every N-th entry starting at the K-th (split a "
                                                     "run over several device calls)")
@@ -83,7 +84,9 @@ def main() -> int:
         drop = set(args.skip.split(","))
         entries = [e for e in entries if e["file"] not in drop and Path(e["file"]).stem not in drop]
     k, n = (int(x) for x in args.shard.split("/"))
-    entries = entries[k - 1::n]
+    extra = [e for e in entries if args.also and (e["file"] in args.also.split(",")
+                                                  or Path(e["file"]).stem in args.also.split(","))]
+    entries = extra + [e for e in entries[k - 1::n] if e not in extra]
     end = time.monotonic() + args.budget_s
     probes = [(ROOT / "tests" / "kernels" / "bad" / "off_by_one.py", "triton", "gemm", "incorrect")]
     before = {str(p): judge(p, lang, task, "probe-before")[0].category for p, lang, task, _ in probes}

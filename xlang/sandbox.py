@@ -189,32 +189,44 @@ def uid_for_slot(slot: int) -> int:
     return CANDIDATE_UID_BASE + slot
 
 
-def kill_uid(uid: int) -> int:
-    """SIGKILL every process of `uid` (the candidate's, when we dropped to it): what a candidate left behind,
-    in or out of its process group, double-forked or not. Only when we are root and the uid is a jail uid."""
+def uid_processes(uid: int) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every live process of `uid` (zombies, already dead, left out)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[-1].split()
+            if fields[0] not in ("Z", "X"):
+                found.append((int(entry), int(fields[1])))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
+def kill_uid(uid: int, spare: int | None = None, wait_s: float = 10.0) -> int:
+    """SIGKILL every process of `uid` (the candidate's, when we dropped to it) but `spare`: what a candidate
+    left behind, in or out of its process group, double-forked or not; then wait (up to wait_s) until they
+    are gone, since a killed process that held a GPU context takes a while to end. Only when we are root and
+    the uid is a jail uid. Returns how many kills were sent."""
     if os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
         return 0
     killed = 0
-    for _ in range(3):  # a fork between the scan and the kill is caught by the next round
-        found = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+    give_up = time.monotonic() + wait_s
+    while True:  # a fork between the scan and the kill is caught by the next round
+        left = [pid for pid, _ in uid_processes(uid) if pid != spare]
+        if not left or time.monotonic() > give_up:
+            return killed
+        for pid in left:
             try:
-                if os.stat(f"/proc/{entry}").st_uid != uid:
-                    continue
-                with open(f"/proc/{entry}/stat") as f:
-                    if f.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X"):
-                        continue  # already dead, waiting for its parent to reap it
-                os.kill(int(entry), signal.SIGKILL)
-                found += 1
-            except (OSError, ProcessLookupError, IndexError):
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
                 pass
-        killed += found
-        if not found:
-            break
         time.sleep(0.05)
-    return killed
 
 
 @functools.cache

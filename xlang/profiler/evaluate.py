@@ -42,7 +42,7 @@ from xlang import verdict as V
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler import ncu as ncu_mod
 from xlang.profiler import sanitizer as san_mod
-from xlang.sandbox import ChildResult, level as isolation_level, run_child
+from xlang.sandbox import ChildResult, kill_uid, level as isolation_level, run_child
 from xlang.toolchain import find_tool
 
 JUDGE_MODULE = "xlang.profiler.judge"
@@ -129,6 +129,11 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict |
     cmd = child_cmd or judge_command(spec_path)  # child_cmd: tests only
     child = run_child(cmd, timeout, cwd=stage_dir, env=env,
                       cancel=cancel, deadline=deadline(start) if deadline else None)
+    # A judge stopped at its limit (or cancelled) never cleaned up: whatever runs as its stage's uids goes now.
+    from xlang.profiler.judge import stage_uids
+
+    for uid in stage_uids(spec):
+        kill_uid(uid)
     out = Path(spec["out"])
     result = None
     if out.is_file():
@@ -288,8 +293,13 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
     # Every kernel in the profiled call is the candidate's doing (the runner launches nothing of its own):
-    # all of them count in the math, except vendor kernels, which are forbidden.
-    names = sorted({p.name for p in profiles if not ncu_mod.forbidden_reason(p.name)})
+    # all of them count in the math, except vendor kernels, which are forbidden. Whose a kernel is was decided
+    # by module in the check stage (the observer), and _same_kernels ties this call to an observed one; here a
+    # name only keeps a vendor-looking kernel out of the math, and a kernel the candidate's own build compiled
+    # is never one, whatever its name ('gemm_persistent').
+    built = [n for n in spec.get("build_kernels", []) if n]
+    names = sorted({p.name for p in profiles
+                    if ncu_mod.is_candidate_kernel(p.name, built) or not ncu_mod.forbidden_reason(p.name)})
     shape = spec["ncu_trials"][-1][0]
     summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
     info["profiled_names"] = sorted(p.name for p in profiles)

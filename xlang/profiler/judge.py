@@ -210,11 +210,24 @@ class RunnerGone(Exception):
         self.timed_out = timed_out
 
 
+def stage_uids(spec: dict) -> list[int]:
+    """The uids a stage's processes run as, the candidate's first (4 slots per GPU: check, memcheck, ncu and
+    the check stage's vendor baseline), so that no two stages that can run at the same time share one. The
+    parent kills them all after the stage, whatever became of the judge."""
+    from xlang.sandbox import uid_for_slot
+
+    base = 4 * int(spec.get("gpu_index") or 0)
+    mode = spec.get("mode", "check")
+    if mode == "check":
+        return [uid_for_slot(base), uid_for_slot(base + 3)]
+    return [uid_for_slot(base + {"memcheck": 1, "ncu": 2}.get(mode, 3))]
+
+
 class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
     def __init__(self, spec: dict, role: str, hello: dict, tool: list[str] | None = None, observer=None):
-        from xlang.sandbox import Jail, _Tail, child_env, uid_for_slot
+        from xlang.sandbox import Jail, _Tail, child_env
 
         self.role, self.observer = role, observer
         stage_dir = Path(spec["stage_dir"])
@@ -227,9 +240,7 @@ class Runner:
         if seed_cache and Path(seed_cache).is_dir() and role == "candidate":
             shutil.copytree(seed_cache, home / ".triton", symlinks=True, dirs_exist_ok=True)
         self.home = home
-        stage_no = {"check": 0, "memcheck": 1, "ncu": 2}.get(spec.get("mode", "check"), 3) if role == "candidate" \
-            or tool else 3
-        self.uid = uid_for_slot(4 * int(spec.get("gpu_index") or 0) + stage_no)
+        self.uid = stage_uids(spec)[0 if role == "candidate" or tool else -1]
         jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid)
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -292,8 +303,12 @@ class Runner:
         how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
         return f"the candidate's process ended ({how}): {type(e).__name__}" + (f"\n{tail}" if tail else "")
 
-    def close(self, wait_s: float = 30.0) -> None:
-        """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap)."""
+    def close(self, wait_s: float = 30.0, orphan_grace_s: float = 15.0) -> None:
+        """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap).
+
+        Under a tool (no PID namespace) the tool waits for every process it injected, so a child the candidate
+        left behind, reparented away from the tool, would hold it (and its report) until the stage's limit:
+        once the tool has had orphan_grace_s to end by itself, those orphans are killed and the tool spared."""
         try:
             self.sock.settimeout(2.0)
             from xlang.profiler.runner import send
@@ -301,8 +316,14 @@ class Runner:
             send(self.sock, {"op": "exit"})
         except OSError:
             pass
+        give_up = time.monotonic() + wait_s
+        if self.tool_log is not None:
+            try:
+                self.proc.wait(min(orphan_grace_s, wait_s))
+            except subprocess.TimeoutExpired:
+                _kill_orphans(self.uid, self.proc.pid)
         try:
-            self.proc.wait(wait_s)
+            self.proc.wait(max(0.0, give_up - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
         self.kill()
@@ -320,6 +341,33 @@ class Runner:
         self.sock.close()
         if self.observer is not None:
             self.observer.close()
+
+
+def _kill_orphans(uid: int, root: int) -> int:
+    """Kill the processes of `uid` that are neither `root` (the tool) nor below it; a few rounds, so that what
+    they fork meanwhile goes too."""
+    from xlang.sandbox import uid_processes
+
+    killed = 0
+    for _ in range(5):
+        parent = dict(uid_processes(uid))
+        orphans = []
+        for pid in parent:
+            p, hops = pid, 0
+            while p in parent and p != root and hops < 64:
+                p, hops = parent[p], hops + 1
+            if p != root:
+                orphans.append(pid)
+        if not orphans:
+            break
+        for pid in orphans:
+            try:
+                os.kill(pid, 9)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return killed
 
 
 # ---- one call on the judge's buffers ---------------------------------------------------------------------
