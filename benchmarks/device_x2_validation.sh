@@ -2,6 +2,7 @@
 # One nvidia-h200-x2 call that validates the judge (issue 12) on both GPUs at once:
 #   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
 #          `pytest -m gpu` on $TESTS_A or benchmarks/bench_harness.py with $BENCH_A when time is left;
+#          (or, with SHARD_A / ALSO_A, a shard of the hostile corpus instead)
 #   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py).
 # Each side sees one GPU (XLANG_GPUS); the candidates' uids differ per GPU, so neither side's cleanup reaches the
 # other. Everything lands in $OUT/all.tgz (the device returns at most 8 files); summaries go to stdout.
@@ -16,6 +17,11 @@ nvidia-smi -L
 START=$(date +%s)
 (
   export OUT=/tmp/outA XLANG_GPUS=0 XLANG_CACHE=/tmp/xlang-cache-0
+  if [ -n "${SHARD_A:-}" ]; then  # the corpus on this GPU too, instead of the isolation check
+    timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard $SHARD_A --also "${ALSO_A:-}" \
+        --budget-s $(( B - 80 )) --out /tmp/outA/hostile.jsonl > /tmp/outA/hostile.txt 2>&1
+    exit
+  fi
   BUDGET_S=$(( B - ${TESTS_S:-0} )) bash benchmarks/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
   left=$(( B - 15 - $(date +%s) + START ))
   if [ -n "${TESTS_A:-}" ] && [ $left -gt 30 ]; then
@@ -30,7 +36,7 @@ START=$(date +%s)
       --out /tmp/outB/hostile.jsonl > /tmp/outB/hostile.txt 2>&1
 ) &
 wait
-echo "=== GPU 0"; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null
+echo "=== GPU 0"; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt 2>/dev/null; grep -v "^      " /tmp/outA/hostile.txt 2>/dev/null | tail -30; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null
 echo "=== GPU 1"; grep -v "^      " /tmp/outB/hostile.txt | tail -30
 tar czf $REAL_OUT/all.tgz --exclude="*.so" --exclude="*.cubin" --exclude="*-home" -C /tmp outA outB evals 2>/dev/null
 ls -la $REAL_OUT

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ROOT / "tests" / "kernels" / "hostile"
 SECRET = "sk-xlang-planted-secret-5d1e9b"
+STAGE_S = float(os.environ.get("XLANG_HOSTILE_STAGE_S", 180))  # each stage's limit (a hang costs this much)
 SURVIVOR_MARKERS = ("xlang-survivor", "hostile", "sleep 600")
 
 
@@ -29,8 +30,8 @@ def judge(path: Path, lang: str, task: str, label: str):
     from xlang.profiler.evaluate import EvalOptions, evaluate
 
     t0 = time.monotonic()
-    v = evaluate(path, lang, task, "h100", None, EvalOptions(label=label, check_timeout_s=180,
-                                                            memcheck_timeout_s=180, ncu_timeout_s=180))
+    v = evaluate(path, lang, task, "h100", None, EvalOptions(label=label, check_timeout_s=STAGE_S,
+                                                            memcheck_timeout_s=STAGE_S, ncu_timeout_s=STAGE_S))
     return v, time.monotonic() - t0
 
 
@@ -69,7 +70,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
-    ap.add_argument("--also", default="", help="entries judged first, besides the shard (a re-run)")
+    ap.add_argument("--also", default="", help="entries judged after the shard's (a re-run)")
     ap.add_argument("--budget-s", type=float, default=1e9)
     ap.add_argument("--shard", default="1/1", help="K/N: judge every N-th entry starting at the K-th (split a "
                                                     "run over several device calls)")
@@ -86,7 +87,7 @@ def main() -> int:
     k, n = (int(x) for x in args.shard.split("/"))
     extra = [e for e in entries if args.also and (e["file"] in args.also.split(",")
                                                   or Path(e["file"]).stem in args.also.split(","))]
-    entries = extra + [e for e in entries[k - 1::n] if e not in extra]
+    entries = [e for e in entries[k - 1::n] if e not in extra] + extra
     end = time.monotonic() + args.budget_s
     probes = [(ROOT / "tests" / "kernels" / "bad" / "off_by_one.py", "triton", "gemm", "incorrect")]
     before = {str(p): judge(p, lang, task, "probe-before")[0].category for p, lang, task, _ in probes}

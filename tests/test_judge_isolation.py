@@ -158,6 +158,12 @@ def test_same_kernels_under_ncu_as_when_timed():
     assert _same_kernels({"profiled_names": ["a"]}, None) is None  # nothing observed: no claim either way
     cat, detail = _same_kernels({"profiled_names": ["wgmma_tile"]}, ["wgmma_tile", "fma_rest"])
     assert cat == "not_executed" and "fma_rest" in detail
+    # counts matter: the tensor-core kernel twice under the profiler, once when timed
+    assert _same_kernels({"profiled_names": ["wgmma_tile"] * 2}, ["wgmma_tile"])[0] == "not_executed"
+    # torch's utility kernels are no claim; a fresh buffer's lazy setup matches the first timed call
+    fill = "_ZN2at6native29vectorized_elementwise_kernelILi8ENS0_11FillFunctorIsEE"
+    assert _same_kernels({"profiled_names": [fill, "gemm_tc"]}, ["gemm_tc"]) is None
+    assert _same_kernels({"profiled_names": ["init_tile", "gemm_tc"]}, ["gemm_tc"], ["init_tile", "gemm_tc"]) is None
 
 
 def test_flooding_and_pipe_holding_candidate_is_bounded(tmp_path):

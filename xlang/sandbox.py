@@ -190,19 +190,21 @@ def uid_for_slot(slot: int) -> int:
 
 
 def uid_processes(uid: int) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every live process of `uid` (zombies, already dead, left out)."""
+    """(pid, parent pid) of every live process whose real or effective uid is `uid` (zombies left out).
+    Read from /proc/PID/status, which stays readable when a process makes itself non-dumpable (its /proc
+    folder then belongs to root, so the folder's owner would hide it)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if os.stat(f"/proc/{entry}").st_uid != uid:
+            with open(f"/proc/{entry}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            uids = fields["Uid"].split()
+            if uid not in (int(uids[0]), int(uids[1])) or fields["State"].split()[0] in ("Z", "X"):
                 continue
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[-1].split()
-            if fields[0] not in ("Z", "X"):
-                found.append((int(entry), int(fields[1])))
-        except (OSError, IndexError, ValueError):
+            found.append((int(entry), int(fields["PPid"].split()[0])))
+        except (OSError, KeyError, IndexError, ValueError):
             pass
     return found
 

@@ -255,6 +255,7 @@ class Runner:
             self.tool_log, self.tool_report = home / "tool.log", home / "report"
             tool = [a.replace("{LOG}", str(self.tool_log)).replace("{REPORT}", str(self.tool_report)) for a in tool]
             cmd = jail.command(tool + runner_cmd)
+            self.tool_cmd = tool
         else:
             cmd = jail.command(runner_cmd)
         env = child_env(home=home, extra=dict(spec.get("env") or {}))
@@ -267,6 +268,7 @@ class Runner:
         self.proc = subprocess.Popen(cmd, env=env, pass_fds=fds, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         child.close()
+        self.tool_dirs = _tool_dirs(self.tool_cmd, self.proc.pid) if tool else []
         if observer is not None:
             observer.start()
         self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
@@ -307,8 +309,9 @@ class Runner:
         """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap).
 
         Under a tool (no PID namespace) the tool waits for every process it injected, so a child the candidate
-        left behind, reparented away from the tool, would hold it (and its report) until the stage's limit:
-        once the tool has had orphan_grace_s to end by itself, those orphans are killed and the tool spared."""
+        left behind (reparented to the tool, a subreaper) would hold it, and its report, until the stage's
+        limit: once the tool has had orphan_grace_s to end by itself, every process of the uid but the tool's
+        own is killed, and the tool ends with what it has."""
         try:
             self.sock.settimeout(2.0)
             from xlang.profiler.runner import send
@@ -321,7 +324,7 @@ class Runner:
             try:
                 self.proc.wait(min(orphan_grace_s, wait_s))
             except subprocess.TimeoutExpired:
-                _kill_orphans(self.uid, self.proc.pid)
+                _kill_all_but_the_tool(self.uid, self.proc.pid, self.tool_dirs)
         try:
             self.proc.wait(max(0.0, give_up - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -343,24 +346,49 @@ class Runner:
             self.observer.close()
 
 
-def _kill_orphans(uid: int, root: int) -> int:
-    """Kill the processes of `uid` that are neither `root` (the tool) nor below it; a few rounds, so that what
-    they fork meanwhile goes too."""
+def _tool_dirs(tool_cmd: list[str], tool_pid: int) -> list[str]:
+    """Where the tool's own programs live: the folder above the real path of the command we ran and of what
+    its process executes now (a wrapper script execs the binary), e.g. /opt/nvidia/nsight-compute/2025.3.1."""
+    dirs = set()
+    for path in (shutil.which(tool_cmd[0]) or tool_cmd[0], f"/proc/{tool_pid}/exe"):
+        try:
+            real = os.path.realpath(path)
+        except OSError:
+            continue
+        if real and not os.path.basename(real).startswith("python"):
+            dirs.add(os.path.dirname(os.path.dirname(real)))
+    return sorted(d for d in dirs if d not in ("/", "/usr", "/usr/local", "/bin", "/usr/bin"))
+
+
+def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_dirs: list[str]) -> int:
+    """Kill the processes of `uid` that are not the tool's: every Python (the runner, which had its time to
+    leave, and any survivor the candidate started: the tools reap orphans, so one may sit below the tool) and
+    anything outside the tool's tree, except programs from the tool's own folders. What is spared and is the
+    candidate's (a survivor that execs another program below the tool) keeps the stage to its limit: timeout."""
     from xlang.sandbox import uid_processes
 
+    dirs = sorted(set(tool_dirs) | set(_tool_dirs([f"/proc/{tool_pid}/exe"], tool_pid)))
     killed = 0
-    for _ in range(5):
-        parent = dict(uid_processes(uid))
-        orphans = []
-        for pid in parent:
+    for _ in range(5):  # what they fork meanwhile goes in the next round
+        procs = dict(uid_processes(uid))
+        victims = []
+        for pid in procs:
+            if pid == tool_pid:
+                continue
+            try:
+                exe = os.readlink(f"/proc/{pid}/exe")
+            except OSError:
+                exe = ""
+            if exe and any(exe.startswith(d + "/") for d in dirs):
+                continue
             p, hops = pid, 0
-            while p in parent and p != root and hops < 64:
-                p, hops = parent[p], hops + 1
-            if p != root:
-                orphans.append(pid)
-        if not orphans:
+            while p in procs and p != tool_pid and hops < 64:
+                p, hops = procs[p], hops + 1
+            if p != tool_pid or os.path.basename(exe).startswith("python"):
+                victims.append(pid)
+        if not victims:
             break
-        for pid in orphans:
+        for pid in victims:
             try:
                 os.kill(pid, 9)
                 killed += 1
@@ -639,8 +667,11 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
 
     try:
         progress(f"timing {who}: first calls")
+        first_call = None
         for k in range(2):  # JIT compilation, autotuning, module loads
-            one(k, check=k == 1 and verify_n != 0)
+            records = one(k, check=k == 1 and verify_n != 0)[2]
+            if k == 0:  # a fresh set of buffers, as the call Nsight Compute profiles has
+                first_call = sorted(x.name for x in _kernels(records))
         est = max(1e-3, one(2, check=False)[0 if observer is not None else 1] or 1e-3)
         records = []
         warm = int(min(200, max(3, timing.get("sustain_s", 0.3) * 1e3 / est)))
@@ -661,7 +692,8 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
     samples = spans if observer is not None else wall
     return {"stats": _stats(samples), "method": "cupti_kernel_span" if observer is not None else "wall_clock_ipc",
             "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall),
-            "call_kernels": last_call if observer is not None else None}
+            "call_kernels": last_call if observer is not None else None,
+            "first_call_kernels": first_call if observer is not None else None}
 
 
 def _kernels(records):
@@ -721,6 +753,7 @@ def run_check(ctx, progress) -> dict:
             vendor_runner.close()
         result["timing"] = _timing_record(ctx, shape, cand, base, others, alone)
         result["timed_call_kernels"] = cand.get("call_kernels")
+        result["timed_first_call_kernels"] = cand.get("first_call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
         return result
     finally:
