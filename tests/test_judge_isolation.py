@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -99,6 +100,67 @@ def test_tool_stage_output_reaches_the_judge_only_through_its_channels(tmp_path)
     assert run.result["runner_exit"] == 0
     assert "ERROR SUMMARY: 0 errors" in (work / "memcheck" / "tool.log").read_text()
     assert (work / "memcheck" / "report.ncu-rep").read_text() == "report\n"
+
+
+def test_tool_stage_ends_with_a_survivor_left_below_the_tool(tmp_path):
+    """The tools wait for every process they injected and reap orphans (subreapers): a survivor would hold the
+    stage to its limit. The judge ends everything but the tool once the tool had its grace period."""
+    from xlang.sandbox import _uid_drop_sees_python
+
+    if not _uid_drop_sees_python():
+        pytest.skip("tool stages run the candidate under its own uid only where that uid can run our Python "
+                    "(root, setpriv, a world-readable interpreter): the GPU image, not this box")
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / "cpu_gemm_survivor.py").read_text())
+    tool = [sys.executable, str(HERE / "subreaper_tool.py"), "{LOG}"]
+    shape = {"M": 40, "N": 48, "K": 56}
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "tool": tool, "tool_exit_s": 60,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build), str(HERE)], "trials": [(shape, "normal", 3)], "timing": {"enabled": False}}
+    work = tmp_path / "eval"
+    work.mkdir(mode=0o700)
+    t0 = time.monotonic()
+    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
+    assert run.result["status"] == "ok", run.result
+    assert time.monotonic() - t0 < 50  # the 15 s grace, not the 60 s the tool was given
+    assert "ERROR SUMMARY: 0 errors" in (work / "memcheck" / "tool.log").read_text()
+    left = subprocess.run(["pgrep", "-f", "xlang-survivor-marker-7f3a"], capture_output=True, text=True).stdout
+    assert not left.strip(), f"survivor processes: {left}"
+
+
+def test_tool_cleanup_spares_only_the_tool(tmp_path):
+    """What the judge kills when a tool stage's tool does not end by itself: every Python of the candidate's
+    uid (the runner, a survivor sitting below the tool, a subreaper) and whatever is outside the tool's tree;
+    never the tool, nor a program the tool itself runs below it."""
+    import shutil as _shutil
+
+    from xlang.profiler.judge import _kill_all_but_the_tool
+    from xlang.sandbox import uid_for_slot, uid_processes
+
+    if os.geteuid() != 0 or not _shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv")
+    uid = uid_for_slot(11)
+    fake_python = tmp_path / "python3.12"  # a survivor's interpreter, as /proc/PID/exe names it
+    _shutil.copy("/bin/sleep", fake_python)
+    tmp_path.chmod(0o755)
+    drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    tool = subprocess.Popen(drop + ["sh", "-c", f"{fake_python} 60 & sleep 61 & wait"], start_new_session=True)
+    orphan = subprocess.Popen(drop + ["sleep", "62"], start_new_session=True)
+    try:
+        time.sleep(0.5)
+        before = {pid for pid, _ in uid_processes(uid)}
+        assert len(before) == 4, before
+        assert _kill_all_but_the_tool(uid, tool.pid, []) == 2
+        time.sleep(0.3)
+        left = {pid for pid, _ in uid_processes(uid)}
+        assert tool.pid in left and orphan.pid not in left and len(left) == 2  # the tool and its own `sleep 61`
+    finally:
+        tool.kill()
+        orphan.kill()
+        from xlang.sandbox import kill_uid
+
+        kill_uid(uid)
 
 
 # ---- kernel provenance (the decisions the judge makes from the observer's records; no GPU needed) -----------

@@ -68,6 +68,8 @@ def task_section(task, shape: dict) -> str:
         c.describe_tensors(),
         "",
         c.rules,
+        "- Launch every kernel from the calling thread: work started on another thread cannot be tied to the "
+        "call by the profiler and earns no credit for executed instructions.",
         "",
         "## Shapes and checks",
         f"- Timed at the default shape {format_shape(shape)}; correctness is also checked at "

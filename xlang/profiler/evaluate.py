@@ -287,6 +287,13 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
     info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0]}
+    if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
+            and any(a.get("kernels") == 0 for a in attempts):
+        # The call ran and passed, yet no kernel was launched by the calling thread inside it (NVTX ranges
+        # are per thread): the work went to another thread, where no instruction count can be tied to the call.
+        return info, (V.NOT_EXECUTED, "Nsight Compute saw no kernel launched by the calling thread during the "
+                                      "profiled call: the work runs on another thread, so its instructions cannot "
+                                      "be shown to execute (the contract: launch on the calling thread)")
     if not profiles:
         judged = judge_stage("ncu", run, options.ncu_timeout_s) if run else None
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""

@@ -280,12 +280,20 @@ class Runner:
     def request(self, message: dict, fds: list[int] | None = None, timeout: float = 60.0) -> dict:
         from xlang.profiler.runner import receive, send
 
-        self.sock.settimeout(timeout)
+        give_up = time.monotonic() + timeout
         try:
+            self.sock.settimeout(timeout)
             send(self.sock, message, fds)
-            reply, extra = receive(self.sock)
-        except socket.timeout:
-            raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
+            while True:  # a second at a time: the process we started (the jail, or the tool) may be gone
+                self.sock.settimeout(max(0.01, min(1.0, give_up - time.monotonic())))
+                try:
+                    reply, extra = receive(self.sock)
+                    break
+                except socket.timeout:
+                    if time.monotonic() >= give_up:
+                        raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
+                    if self.proc.poll() is not None:  # e.g. the candidate killed the tool it runs under
+                        raise RunnerGone(self._death(ProcessLookupError("the stage's process tree ended")))
         except (OSError, EOFError, ValueError) as e:
             raise RunnerGone(self._death(e)) from None
         for fd in extra:  # nothing the candidate sends us is kept
@@ -571,7 +579,8 @@ class Provenance:
             if not self.kernels_on_disk:
                 continue  # a JIT that keeps its output in memory: no file to match, the name alone decides
             raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]}, a kernel from "
-                                            "a module not built from the candidate's source")
+                                            "a module that matches nothing the candidate's build or its own JIT "
+                                            "cache holds (not built from its source, or that evidence was changed)")
 
 
 _UTILITY_KERNEL = re.compile(r"at::native::|elementwise|vectorized_|fill|copy|memset|cast|index_|distribution_|"
@@ -850,9 +859,11 @@ def run(spec: dict, progress) -> dict:
     ctx = {"spec": spec, "task": task, "kind": kind, "atol": task.tolerance["atol"],
            "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
            "secret": random.SystemRandom().randrange(1 << 30)}
-    from xlang.sandbox import level
+    from xlang.sandbox import _uid_drop_sees_python, level
 
-    isolation = level() if spec["mode"] == "check" else ("uid" if level() != "process" else "process")
+    # Tool stages run the candidate without bwrap: under its own uid where that uid can run our Python, else
+    # as we are (say so: 'process').
+    isolation = level() if spec["mode"] == "check" else ("uid" if _uid_drop_sees_python() else "process")
     result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"], "isolation": isolation}
     try:
         if spec["mode"] == "check":
