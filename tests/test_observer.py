@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -218,7 +219,10 @@ RUNNER = "import ctypes, os, sys; lib = ctypes.CDLL(os.environ['CUDA_INJECTION64
 def _spawn(library, code=RUNNER, **kw):
     o = Observer(library, **kw)
     env, fds = o.child_args()
-    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **env}, pass_fds=fds,
+    # From a file, not `-c`: @triton.jit reads its function's source (the GPU child defines a Triton kernel).
+    script = Path(tempfile.mkdtemp(prefix="xlang-observer-child-")) / "child.py"
+    script.write_text(code)
+    proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, **env}, pass_fds=fds,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     o.start()
     return o, proc
