@@ -226,10 +226,12 @@ def stage_uids(spec: dict) -> list[int]:
 class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
-    def __init__(self, spec: dict, role: str, hello: dict, tool: list[str] | None = None, observer=None):
+    def __init__(self, spec: dict, role: str, hello: dict | None, tool: list[str] | None = None, observer=None):
+        """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
+        only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
         from xlang.sandbox import Jail, _Tail, child_env
 
-        self.role, self.observer = role, observer
+        self.role, self.observer, self.killed = role, observer, False
         stage_dir = Path(spec["stage_dir"])
         home = stage_dir / f"{role}-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -244,7 +246,7 @@ class Runner:
         jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid)
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno())]
+        runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno()), spec["device"]]
         fds = [child.fileno()]
         self.tool_log = self.tool_report = None
         if tool:
@@ -273,7 +275,12 @@ class Runner:
             observer.start()
         self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
         self.started = time.monotonic()
-        reply = self.request(hello, timeout=float(spec.get("load_timeout_s", 180)))
+        self.load_timeout_s = float(spec.get("load_timeout_s", 180))
+        if hello is not None:
+            self.start(hello)
+
+    def start(self, hello: dict) -> None:
+        reply = self.request(hello, timeout=self.load_timeout_s)
         if reply.get("op") != "ready":
             raise CandidateError(str(reply.get("detail", "the candidate did not load"))[:4000])
 
@@ -342,6 +349,9 @@ class Runner:
     def kill(self) -> None:
         from xlang.sandbox import kill_uid
 
+        if self.killed:
+            return
+        self.killed = True
         if self.proc.poll() is None:
             self.proc.kill()
         kill_uid(self.uid)  # anything of the candidate's uid still alive (a survivor of a relaxed jail)
@@ -729,15 +739,22 @@ def gpu_processes(index: int = 0) -> list[int] | None:
 
 def run_check(ctx, progress) -> dict:
     spec, task = ctx["spec"], ctx["task"]
-    observer = _observer(spec)
-    runner = None
+    observer = ctx.get("observer")
+    runner = ctx.get("runner")
+    vendor_runner = vendor_observer = None
     result: dict = {}
     try:
-        runner = Runner(spec, "candidate", spec["hello"], observer=observer)
+        runner.start(spec["hello"])
+        timing = spec.get("timing") or {}
+        if timing.get("enabled") and ctx["kind"] == "cuda":
+            # The vendor's process starts now and imports torch while the candidate is checked; it touches the
+            # GPU only when its hello comes, after the candidate's tree is dead. Another uid and PID namespace:
+            # the candidate can neither see nor signal it.
+            vendor_observer = _observer(spec)
+            vendor_runner = Runner(spec, "vendor", None, observer=vendor_observer)
         prov = Provenance(spec, runner.home) if observer is not None else None
         result["correctness"] = correctness(ctx, runner, observer, prov, progress)
-        timing = spec.get("timing") or {}
-        if not timing.get("enabled") or ctx["kind"] != "cuda" or not wait_at_gate(timing, progress):
+        if vendor_runner is None or not wait_at_gate(timing, progress):
             return result
         shape = spec["timed_shape"]
         cand = time_calls(ctx, runner, observer, prov, shape, progress, "candidate")
@@ -754,20 +771,21 @@ def run_check(ctx, progress) -> dict:
         runner = None
         # The vendor runs with no candidate process alive: wait until the GPU lists only us.
         alone = _wait_alone(progress, spec.get("gpu_index") or 0)
-        vendor_observer = _observer(spec)
-        vendor_runner = Runner(spec, "vendor", {"op": "vendor", "task": task.name}, observer=vendor_observer)
+        vendor_runner.start({"op": "vendor", "task": task.name, "device": "cuda"})
         try:
             base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor", verify_n=0)
         finally:
             vendor_runner.close()
+            vendor_runner = None
         result["timing"] = _timing_record(ctx, shape, cand, base, others, alone)
         result["timed_call_kernels"] = cand.get("call_kernels")
         result["timed_first_call_kernels"] = cand.get("first_call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
         return result
     finally:
-        if runner is not None:
-            runner.kill()
+        for r in (runner, vendor_runner):
+            if r is not None:
+                r.kill()
 
 
 def _wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
@@ -814,12 +832,13 @@ def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
     }
 
 
-def run_tool_stage(ctx, tool: list[str], progress) -> dict:
-    """memcheck / ncu: the runner under the tool (outside the jail: its log and report land in the judge's
-    folder), a trial per shape; the tool's own output is read by the parent."""
+def run_tool_stage(ctx, progress) -> dict:
+    """memcheck / ncu: the runner under the tool (spec["tool"], started by run()), a trial per shape; the
+    tool's log and report are copied into the judge's folder and read by the parent."""
     spec = ctx["spec"]
-    runner = Runner(spec, spec["mode"], spec["hello"], tool=tool)
+    runner = ctx["runner"]
     try:
+        runner.start(spec["hello"])
         out = {"correctness": correctness(ctx, runner, None, None, progress, nvtx_last=spec.get("nvtx_last"))}
     finally:
         runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
@@ -841,6 +860,23 @@ def _collect_tool_output(runner: "Runner", spec: dict) -> None:
 
 
 def run(spec: dict, progress) -> dict:
+    ctx: dict = {}
+    if spec["mode"] in ("check", "memcheck", "ncu"):
+        # The candidate's process first: it starts Python and imports torch while we do the same here.
+        progress("start the candidate's process")
+        if spec["mode"] == "check":
+            ctx["observer"] = _observer(spec)
+            ctx["runner"] = Runner(spec, "candidate", None, observer=ctx["observer"])
+        else:
+            ctx["runner"] = Runner(spec, spec["mode"], None, tool=list(spec["tool"]))
+    try:
+        return _run(spec, progress, ctx)
+    finally:
+        if ctx.get("runner") is not None:
+            ctx["runner"].kill()
+
+
+def _run(spec: dict, progress, ctx: dict) -> dict:
     from xlang.task import get_task
 
     kind = spec["device"]
@@ -856,9 +892,9 @@ def run(spec: dict, progress) -> dict:
     else:
         fp = {"python": platform.python_version(), "device": "cpu"}
     task = get_task(spec["task"])
-    ctx = {"spec": spec, "task": task, "kind": kind, "atol": task.tolerance["atol"],
-           "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
-           "secret": random.SystemRandom().randrange(1 << 30)}
+    ctx.update({"spec": spec, "task": task, "kind": kind, "atol": task.tolerance["atol"],
+                "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
+                "secret": random.SystemRandom().randrange(1 << 30)})
     from xlang.sandbox import _uid_drop_sees_python, level
 
     # Tool stages run the candidate without bwrap: under its own uid where that uid can run our Python, else
@@ -869,7 +905,7 @@ def run(spec: dict, progress) -> dict:
         if spec["mode"] == "check":
             result.update(run_check(ctx, progress))
         elif spec["mode"] in ("memcheck", "ncu"):
-            result.update(run_tool_stage(ctx, list(spec["tool"]), progress))
+            result.update(run_tool_stage(ctx, progress))
         else:
             return {"status": "harness_error", "detail": f"unknown judge mode {spec['mode']}"}
     except Outcome as o:

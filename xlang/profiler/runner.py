@@ -1,4 +1,5 @@
-"""The candidate's side of an evaluation: `python -m xlang.profiler.runner FD`, started by the judge in a jail.
+"""The candidate's side of an evaluation: `python -m xlang.profiler.runner FD DEVICE`, started by the judge in a
+jail (with DEVICE cuda it imports torch at once, touching no GPU until the hello).
 
 It loads the candidate (or, for the vendor baseline, the task's baseline: the same protocol, so both are
 observed and timed the same way), maps the buffers the judge shares, and calls the entry point when told.
@@ -133,6 +134,8 @@ def serve(sock: socket.socket) -> None:
 
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[0]))
+    if argv[1:2] == ["cuda"]:
+        import torch  # noqa: F401 - while the judge prepares (no CUDA call: no GPU context before the hello)
     try:
         serve(sock)
     except (EOFError, ConnectionError, BrokenPipeError):
