@@ -112,7 +112,9 @@ def test_causal_experts_are_the_non_causal_ones_with_the_switch_on():
         causal = get_task("attn_fwd_causal").solution(lang, "hopper", suffix)
         assert causal.path == base.path and line in causal.text.splitlines() and line not in base.text.splitlines()
         assert len(causal.text.splitlines()) == len(base.text.splitlines())
-    assert get_task("attn_bwd_causal").solution("triton", "hopper", ".py") is None  # no base expert yet
+    bwd, bwd_causal = (get_task(t).solution("triton", "hopper", ".py") for t in ("attn_bwd", "attn_bwd_causal"))
+    assert bwd_causal.path == bwd.path and "CAUSAL = True" in bwd_causal.text.splitlines()
+    assert get_task("attn_bwd_causal").solution("cuda_ptx", "hopper", ".cu") is None  # no base expert yet
     with pytest.raises(ValueError, match="defines none"):
         set_constants("x = 1\n", {"CAUSAL": "True"}, "f.py")
     with pytest.raises(ValueError, match="defined 2 times"):

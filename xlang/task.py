@@ -170,11 +170,6 @@ class Task:
                 out.append(drawn)
         return out
 
-    def test_shapes(self, shape: dict[str, int]) -> list[dict[str, int]]:
-        """Deprecated shim for callers not yet moved to draw_shapes (profiler/evaluate.py, agent/prompt.py):
-        `shape` and two shapes drawn with an unrecorded random seed. Remove once they call draw_shapes."""
-        return self.draw_shapes(shape, random.Random(), 2)
-
     def input_kind(self, trial: int) -> str:
         """The value distribution of correctness trial `trial` (0, 1, ...): input_kinds, cycled."""
         return self.input_kinds[trial % len(self.input_kinds)]
