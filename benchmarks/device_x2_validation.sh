@@ -2,7 +2,7 @@
 # One nvidia-h200-x2 call that validates the judge (issue 12) on both GPUs at once:
 #   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
 #          `pytest -m gpu` on $TESTS_A or benchmarks/bench_harness.py with $BENCH_A when time is left;
-#          (or, with SHARD_A / ALSO_A, a shard of the hostile corpus instead)
+#          (or, with SHARD_A / ALSO_A / ONLY_A, a shard of the hostile corpus instead; ONLY keeps just those)
 #   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py).
 # Each side sees one GPU (XLANG_GPUS); the candidates' uids differ per GPU, so neither side's cleanup reaches the
 # other. Everything lands in $OUT/all.tgz (the device returns at most 8 files); summaries go to stdout.
@@ -18,7 +18,7 @@ START=$(date +%s)
 (
   export OUT=/tmp/outA XLANG_GPUS=0 XLANG_CACHE=/tmp/xlang-cache-0
   if [ -n "${SHARD_A:-}" ]; then  # the corpus on this GPU too, instead of the isolation check
-    timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard $SHARD_A --also "${ALSO_A:-}" \
+    timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard $SHARD_A --also "${ALSO_A:-}" --only "${ONLY_A:-}" \
         --budget-s $(( B - 80 )) --out /tmp/outA/hostile.jsonl > /tmp/outA/hostile.txt 2>&1
     exit
   fi
@@ -32,7 +32,8 @@ START=$(date +%s)
 ) &
 (
   export OUT=/tmp/outB XLANG_GPUS=1 XLANG_CACHE=/tmp/xlang-cache-1
-  timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard ${SHARD:-1/3} --also "${ALSO:-}" --budget-s $(( B - 80 )) \
+  timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard ${SHARD:-1/3} --also "${ALSO:-}" --only "${ONLY:-}" \
+      --budget-s $(( B - 80 )) \
       --out /tmp/outB/hostile.jsonl > /tmp/outB/hostile.txt 2>&1
 ) &
 wait
