@@ -397,12 +397,15 @@ def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_dirs: list[str]) -> int
                 exe = os.readlink(f"/proc/{pid}/exe")
             except OSError:
                 exe = ""
+            if os.path.basename(exe).startswith("python"):  # the runner, or a survivor: never the tool's own
+                victims.append(pid)
+                continue
             if exe and any(exe.startswith(d + "/") for d in dirs):
                 continue
             p, hops = pid, 0
             while p in procs and p != tool_pid and hops < 64:
                 p, hops = procs[p], hops + 1
-            if p != tool_pid or os.path.basename(exe).startswith("python"):
+            if p != tool_pid:
                 victims.append(pid)
         if not victims:
             break
