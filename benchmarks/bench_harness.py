@@ -4,7 +4,8 @@
       [--full 3] [--light 5] [--json OUT.json]
 
 Reports: seconds per candidate for the full verdict (correctness + timing + memcheck + ncu) and without
-ncu/memcheck; the max/min spread of the candidate's median time over the separate light evaluations
+ncu/memcheck, each split into its stages' phases (`phases`: "candidate_timing" runs until the vendor's process
+is ready, so it includes the candidate's close and the NVML wait); the max/min spread of the candidate's median time over the separate light evaluations
 (goal <= 2%); our cuBLAS figure against triton.testing.do_bench on the same shape (goal within 2%).
 """
 
@@ -37,6 +38,32 @@ def do_bench_cublas(shape: dict, seed: int = 1) -> float:
     return ms
 
 
+# The judge's progress lines (xlang/profiler/judge.py) that open each phase of a stage, in order ("startup":
+# the judge's torch and CUDA start and the wait until the candidate's process has loaded it).
+PHASES = (("spawn", "start the candidate's process"), ("startup", "import torch"), ("trials", "trial 0"),
+          ("gate_wait", "timing: waiting"), ("candidate_timing", "timing candidate: first calls"),
+          ("vendor_timing", "timing vendor: first calls"), ("end", "done"))
+
+
+def phases(workdir: Path) -> dict:
+    """Seconds each phase of each runtime stage took, from the stage's progress.txt (monotonic stamps): where
+    a verdict's time goes (the judge's start, the trials, the wait for memcheck / Nsight Compute, timing)."""
+    out = {}
+    for stage in ("check", "memcheck", "ncu"):
+        path = workdir / stage / "progress.txt"
+        if not path.is_file():
+            continue
+        stamps = {}
+        for line in path.read_text().splitlines():
+            t, _, text = line.partition(" ")
+            for name, prefix in PHASES:
+                if text.startswith(prefix) and name not in stamps:
+                    stamps[name] = float(t)
+        seen = [(n, stamps[n]) for n, _ in PHASES if n in stamps]
+        out[stage] = {a: round(tb - ta, 2) for (a, ta), (_, tb) in zip(seen, seen[1:])}
+    return out
+
+
 def main() -> int:
     from xlang.archs import get_arch
     from xlang.profiler.evaluate import EvalOptions, evaluate
@@ -67,10 +94,11 @@ def main() -> int:
             row = {"seconds": secs, "category": v.category, "candidate_ms": t.get("candidate_ms"),
                    "baseline_ms": t.get("baseline_ms"), "speedup": t.get("speedup"),
                    "cand_spread_pct": (t.get("candidate") or {}).get("spread_pct"),
-                   "stages": v.fingerprint.get("stage_seconds")}
+                   "stages": v.fingerprint.get("stage_seconds"),
+                   "phases": phases(Path(v.fingerprint.get("workdir") or "."))}
             rows[kind].append(row)
             print(f"{kind} {i}: {v.category} {secs:.1f} s  cand {row['candidate_ms']} ms  base {row['baseline_ms']} ms  "
-                  f"stages {row['stages']}", flush=True)
+                  f"stages {row['stages']}\n    phases {row['phases']}", flush=True)
     shape = v.shape
     dob = do_bench_cublas(shape)
 
