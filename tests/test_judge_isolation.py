@@ -4,6 +4,7 @@ candidate. GPU classes (timing, observer, memcheck, ncu) are in tests/test_hosti
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -222,10 +223,22 @@ def test_same_kernels_under_ncu_as_when_timed():
     assert cat == "not_executed" and "fma_rest" in detail
     # counts matter: the tensor-core kernel twice under the profiler, once when timed
     assert _same_kernels({"profiled_names": ["wgmma_tile"] * 2}, ["wgmma_tile"])[0] == "not_executed"
-    # torch's utility kernels are no claim; a fresh buffer's lazy setup matches the first timed call
+    # torch's utility kernels under the profiler are no claim; a fresh buffer's lazy setup matches the first
+    # timed call (the observed lists hold the candidate's own kernels only)
     fill = "_ZN2at6native29vectorized_elementwise_kernelILi8ENS0_11FillFunctorIsEE"
     assert _same_kernels({"profiled_names": [fill, "gemm_tc"]}, ["gemm_tc"]) is None
     assert _same_kernels({"profiled_names": ["init_tile", "gemm_tc"]}, ["gemm_tc"], ["init_tile", "gemm_tc"]) is None
+    # but a kernel of the candidate's own named like a utility is compared: FMA work hidden from the profiler
+    cat, _ = _same_kernels({"profiled_names": ["wgmma_tile"]}, ["wgmma_tile", "fma_elementwise_rest"])
+    assert cat == "not_executed"
+
+
+def test_own_kernels_of_a_call_are_those_of_the_candidates_modules(tmp_path):
+    prov = _provenance(tmp_path, built=("gemm_tc",))
+    own = hashlib.sha256(b"our cubin").hexdigest()
+    assert prov.is_own(_kernel("gemm_tc", own)) and prov.is_own(_kernel("x_elementwise_fma", own))
+    assert not prov.is_own(_kernel("_ZN2at6native29vectorized_elementwise_kernel", "torch-module-hash"))
+    assert prov.is_own(_kernel("gemm_tc", "-")) and not prov.is_own(_kernel("other", "-"))
 
 
 def test_flooding_and_pipe_holding_candidate_is_bounded(tmp_path):

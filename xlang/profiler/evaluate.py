@@ -330,11 +330,13 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
 
 def _same_kernels(executed: dict | None, observed: list | None, observed_first: list | None = None):
     """One observed world: the kernels Nsight Compute profiled in its call must be, name for name and count for
-    count, those the observer saw in a timed call: the last one, or the first (a fresh set of buffers, as the
-    profiled call has: lazy work per new output buffer is honest). A candidate that behaves differently under
-    the profiler, or hides work outside the profiled range, fails here. torch's own utility kernels (fills,
-    copies, indexing, a scratch tensor) are left out of the comparison: where they run is no claim about
-    the work. None when either side is missing."""
+    count, the candidate's own kernels the observer saw in a timed call (`observed`: the last one;
+    `observed_first`: the first, a fresh set of buffers as the profiled call has, where lazy per-buffer work is
+    honest). Both lists hold only kernels from the candidate's own modules (judge._own_names), so a kernel of
+    its own is compared whatever its name; on the Nsight Compute side, which has names only, a torch-utility
+    name (fill, copy, index...) the candidate's own modules never ran is torch's and left out (it only adds
+    non-tensor-core math under the profiler). A candidate that behaves differently under the profiler, or
+    hides work outside the profiled range, fails here. None when either side is missing."""
     from xlang.profiler.judge import _UTILITY_KERNEL
 
     profiled = (executed or {}).get("profiled_names")
@@ -342,15 +344,17 @@ def _same_kernels(executed: dict | None, observed: list | None, observed_first: 
         return None
 
     def norm(names):
-        return sorted(n for n in ("".join(x.split())[:200] for x in names) if not _UTILITY_KERNEL.search(n))
+        return sorted("".join(x.split())[:200] for x in names)
 
-    if any(norm(profiled) == norm(o) for o in (observed, observed_first) if o is not None):
+    own = set(norm(observed)) | set(norm(observed_first or []))
+    ncu = [n for n in norm(profiled) if n in own or not _UTILITY_KERNEL.search(n)]
+    if any(ncu == norm(o) for o in (observed, observed_first) if o is not None):
         return None
-    only_ncu = sorted(set(norm(profiled)) - set(norm(observed)))
-    only_obs = sorted(set(norm(observed)) - set(norm(profiled)))
+    only_ncu = sorted(set(ncu) - set(norm(observed)))
+    only_obs = sorted(set(norm(observed)) - set(ncu))
     return (V.NOT_EXECUTED, f"the call profiled by Nsight Compute ran other kernels than a timed call: "
-                            f"{len(norm(profiled))} vs {len(norm(observed))} launches of the candidate's own "
-                            f"kernels; only under ncu: {only_ncu[:3]}; only when timed: {only_obs[:3]}")
+                            f"{len(ncu)} vs {len(norm(observed))} launches of the candidate's own kernels; "
+                            f"only under ncu: {only_ncu[:3]}; only when timed: {only_obs[:3]}")
 
 
 def _observer_library() -> tuple[str | None, str]:

@@ -573,6 +573,16 @@ class Provenance:
                 self.scanned.add(str(path))
                 self._add(path)
 
+    def is_own(self, k) -> bool:
+        """Whether the candidate's toolchain made this kernel: its module is one of the candidate's, or an
+        unnamed module (static cudart) under a name its build compiled, or (a JIT with no files) any
+        non-utility name. judge() has already rejected what is forbidden."""
+        from xlang.profiler.observer import MODULE_UNKNOWN
+
+        if k.module in self.own or (k.module == MODULE_UNKNOWN and k.name in self.built):
+            return True
+        return not self.kernels_on_disk and not _UTILITY_KERNEL.search(k.name)
+
     def judge(self, kernels) -> None:
         from xlang.profiler.ncu import forbidden_reason
         from xlang.profiler.observer import MODULE_UNKNOWN
@@ -693,7 +703,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         for k in range(2):  # JIT compilation, autotuning, module loads
             records = one(k, check=k == 1 and verify_n != 0)[2]
             if k == 0:  # a fresh set of buffers, as the call Nsight Compute profiles has
-                first_call = sorted(x.name for x in _kernels(records))
+                first_call = _own_names(records, prov)
         est = max(1e-3, one(2, check=False)[0 if observer is not None else 1] or 1e-3)
         records = []
         warm = int(min(200, max(3, timing.get("sustain_s", 0.3) * 1e3 / est)))
@@ -708,7 +718,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
             span, w, records = one(3 + warm + k, check=k in verified)
             spans.append(span)
             wall.append(w)
-        last_call = sorted(k.name for k in _kernels(records))
+        last_call = _own_names(records, prov)
     finally:
         call.close([runner])
     samples = spans if observer is not None else wall
@@ -722,6 +732,11 @@ def _kernels(records):
     from xlang.profiler.observer import kernels
 
     return kernels(records)
+
+
+def _own_names(records, prov) -> list[str]:
+    """The names of one call's kernels that the candidate's toolchain made (all of them for the vendor)."""
+    return sorted(k.name for k in _kernels(records) if prov is None or prov.is_own(k))
 
 
 def gpu_processes(index: int = 0) -> list[int] | None:
