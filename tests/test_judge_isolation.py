@@ -164,6 +164,38 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
         kill_uid(uid)
 
 
+def test_a_tool_that_dies_ends_the_stage_at_once(tmp_path):
+    """A candidate that kills the tool it runs under (compute-sanitizer, Nsight Compute) leaves its own process
+    hanging: the judge notices within a second that the process it started is gone (runtime_error), instead of
+    waiting out the call's limit."""
+    import signal
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / "cpu_gemm_honest.py").read_text())
+    pidfile = tmp_path / "target.pid"
+    tool = [sys.executable, str(HERE / "stopping_tool.py"), str(pidfile), "0.5"]
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "tool": tool, "tool_exit_s": 5,
+            "load_timeout_s": 100, "call_timeout_s": 100,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build), str(HERE)], "trials": [({"M": 40, "N": 48, "K": 56}, "normal", 3)],
+            "timing": {"enabled": False}}
+    work = tmp_path / "eval"
+    work.mkdir(mode=0o700)
+    t0 = time.monotonic()
+    try:
+        run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
+        assert run.result["status"] == "runtime_error", run.result
+        assert "the tool it runs under) is gone" in run.result["detail"]
+        assert time.monotonic() - t0 < 60
+    finally:
+        if pidfile.is_file():
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, ValueError):
+                pass
+
+
 # ---- kernel provenance (the decisions the judge makes from the observer's records; no GPU needed) -----------
 
 def _kernel(name: str, module: str):

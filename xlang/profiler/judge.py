@@ -300,7 +300,8 @@ class Runner:
                     if time.monotonic() >= give_up:
                         raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
                     if self.proc.poll() is not None:  # e.g. the candidate killed the tool it runs under
-                        raise RunnerGone(self._death(ProcessLookupError("the stage's process tree ended")))
+                        raise RunnerGone(self._death(None, "it stopped answering, and the process we started for "
+                                                           "it (its jail, or the tool it runs under) is gone"))
         except (OSError, EOFError, ValueError) as e:
             raise RunnerGone(self._death(e)) from None
         for fd in extra:  # nothing the candidate sends us is kept
@@ -309,7 +310,7 @@ class Runner:
             raise RunnerGone("an answer that is not a message")
         return reply
 
-    def _death(self, e) -> str:
+    def _death(self, e, why: str | None = None) -> str:
         code = self.proc.poll()
         if code is None:
             try:
@@ -318,7 +319,7 @@ class Runner:
                 code = None
         tail = "\n".join((self.err.text(0.5) or self.out.text(0.5)).strip().splitlines()[-12:])[-2500:]
         how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
-        return f"the candidate's process ended ({how}): {type(e).__name__}" + (f"\n{tail}" if tail else "")
+        return f"the candidate's process ended ({how}): {why or type(e).__name__}" + (f"\n{tail}" if tail else "")
 
     def close(self, wait_s: float = 30.0, orphan_grace_s: float = 15.0) -> None:
         """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap).
