@@ -152,7 +152,7 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
         time.sleep(0.5)
         before = {pid for pid, _ in uid_processes(uid)}
         assert len(before) == 4, before
-        assert _kill_all_but_the_tool(uid, tool.pid, []) == 2
+        assert _kill_all_but_the_tool(uid, tool.pid, ["sh"]) == 2
         time.sleep(0.3)
         left = {pid for pid, _ in uid_processes(uid)}
         assert tool.pid in left and orphan.pid not in left and len(left) == 2  # the tool and its own `sleep 61`
@@ -293,7 +293,8 @@ def test_kill_uid_ends_what_a_stage_left_behind_and_nothing_else():
                               start_new_session=True) for uid in (mine, mine, mine, other)]
     try:
         time.sleep(0.3)
-        assert kill_uid(mine, spare=procs[2].pid) >= 2  # the tool of a tool stage is spared until its turn
+        spared = procs[2].pid
+        assert kill_uid(mine, keep=lambda pid, _: pid == spared) >= 2  # a tool stage's tool is spared until its turn
         for p in procs[:2]:
             assert p.wait(5) == -9
         assert procs[2].poll() is None

@@ -209,17 +209,19 @@ def uid_processes(uid: int) -> list[tuple[int, int]]:
     return found
 
 
-def kill_uid(uid: int, spare: int | None = None, wait_s: float = 10.0) -> int:
-    """SIGKILL every process of `uid` (the candidate's, when we dropped to it) but `spare`: what a candidate
-    left behind, in or out of its process group, double-forked or not; then wait (up to wait_s) until they
-    are gone, since a killed process that held a GPU context takes a while to end. Only when we are root and
-    the uid is a jail uid. Returns how many kills were sent."""
+def kill_uid(uid: int, keep: Callable[[int, dict], bool] | None = None, wait_s: float = 10.0) -> int:
+    """SIGKILL every process of `uid` (the candidate's, when we dropped to it): what a candidate left behind,
+    in or out of its process group, double-forked or not; then wait (up to wait_s) until they are gone, since
+    a killed process that held a GPU context takes a while to end. keep(pid, {pid: parent pid of the uid's
+    processes}) spares a process (a tool stage's tool). Only when we are root and the uid is a jail uid.
+    Returns how many kills were sent."""
     if os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
         return 0
     killed = 0
     give_up = time.monotonic() + wait_s
     while True:  # a fork between the scan and the kill is caught by the next round
-        left = [pid for pid, _ in uid_processes(uid) if pid != spare]
+        procs = dict(uid_processes(uid))
+        left = [pid for pid in procs if keep is None or not keep(pid, procs)]
         if not left or time.monotonic() > give_up:
             return killed
         for pid in left:

@@ -270,7 +270,6 @@ class Runner:
         self.proc = subprocess.Popen(cmd, env=env, pass_fds=fds, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         child.close()
-        self.tool_dirs = _tool_dirs(self.tool_cmd, self.proc.pid) if tool else []
         if observer is not None:
             observer.start()
         self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
@@ -340,7 +339,7 @@ class Runner:
             try:
                 self.proc.wait(min(orphan_grace_s, wait_s))
             except subprocess.TimeoutExpired:
-                _kill_all_but_the_tool(self.uid, self.proc.pid, self.tool_dirs)
+                _kill_all_but_the_tool(self.uid, self.proc.pid, self.tool_cmd)
         try:
             self.proc.wait(max(0.0, give_up - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -365,13 +364,14 @@ class Runner:
             self.observer.close()
 
 
-def _tool_dirs(tool_cmd: list[str], tool_pid: int) -> list[str]:
-    """Where the tool's own programs live: the folder above the real path of the command we ran and of what
-    its process executes now (a wrapper script execs the binary), e.g. /opt/nvidia/nsight-compute/2025.3.1."""
+def _tool_dirs(paths: list[str]) -> list[str]:
+    """Where the tool's own programs live: the folder above the real path of each of `paths` (the command we
+    ran, and what the tool's process executes now: a wrapper script execs the binary), e.g.
+    /opt/nvidia/nsight-compute/2025.3.1."""
     dirs = set()
-    for path in (shutil.which(tool_cmd[0]) or tool_cmd[0], f"/proc/{tool_pid}/exe"):
+    for path in paths:
         try:
-            real = os.path.realpath(path)
+            real = os.path.realpath(shutil.which(path) or path)
         except OSError:
             continue
         if real and not os.path.basename(real).startswith("python"):
@@ -379,45 +379,32 @@ def _tool_dirs(tool_cmd: list[str], tool_pid: int) -> list[str]:
     return sorted(d for d in dirs if d not in ("/", "/usr", "/usr/local", "/bin", "/usr/bin"))
 
 
-def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_dirs: list[str]) -> int:
+def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
     """Kill the processes of `uid` that are not the tool's: every Python (the runner, which had its time to
     leave, and any survivor the candidate started: the tools reap orphans, so one may sit below the tool) and
     anything outside the tool's tree, except programs from the tool's own folders. What is spared and is the
     candidate's (a survivor that execs another program below the tool) keeps the stage to its limit: timeout."""
-    from xlang.sandbox import uid_processes
+    from xlang.sandbox import kill_uid
 
-    dirs = sorted(set(tool_dirs) | set(_tool_dirs([f"/proc/{tool_pid}/exe"], tool_pid)))
-    killed = 0
-    for _ in range(5):  # what they fork meanwhile goes in the next round
-        procs = dict(uid_processes(uid))
-        victims = []
-        for pid in procs:
-            if pid == tool_pid:
-                continue
-            try:
-                exe = os.readlink(f"/proc/{pid}/exe")
-            except OSError:
-                exe = ""
-            if os.path.basename(exe).startswith("python"):  # the runner, or a survivor: never the tool's own
-                victims.append(pid)
-                continue
-            if exe and any(exe.startswith(d + "/") for d in dirs):
-                continue
-            p, hops = pid, 0
-            while p in procs and p != tool_pid and hops < 64:
-                p, hops = procs[p], hops + 1
-            if p != tool_pid:
-                victims.append(pid)
-        if not victims:
-            break
-        for pid in victims:
-            try:
-                os.kill(pid, 9)
-                killed += 1
-            except OSError:
-                pass
-        time.sleep(0.05)
-    return killed
+    dirs = _tool_dirs([tool_cmd[0], f"/proc/{tool_pid}/exe"])
+
+    def tools_own(pid: int, procs: dict) -> bool:
+        if pid == tool_pid:
+            return True
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+        except OSError:
+            exe = ""
+        if os.path.basename(exe).startswith("python"):  # the runner, or a survivor: never the tool's own
+            return False
+        if exe and any(exe.startswith(d + "/") for d in dirs):
+            return True
+        p, hops = pid, 0
+        while p in procs and p != tool_pid and hops < 64:
+            p, hops = procs[p], hops + 1
+        return p == tool_pid
+
+    return kill_uid(uid, keep=tools_own, wait_s=5.0)
 
 
 # ---- one call on the judge's buffers ---------------------------------------------------------------------
