@@ -8,7 +8,7 @@ OUT=${OUT:-/tmp/attn_fwd_out}; mkdir -p "$OUT"
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
 source benchmarks/device_step.sh
 SHAPES="--shape S=1000,B=1,H=2,HKV=2 --shape S=300,B=1,H=4,HKV=1,D=96 --shape S=130,B=2,H=2,HKV=2,D=64 --shape S=64,B=1,H=1,HKV=1"
-PROBE="python3 benchmarks/attn_fwd_expert_probe.py"
+PROBE="python3 benchmarks/expert_probe.py"
 LANGS=${LANGS:-cuda_ptx cutedsl}
 if [[ " $LANGS " == *" cutedsl "* ]] && [ -d .cutedsl ]; then
   source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site > "$OUT/unpack.log" 2>&1

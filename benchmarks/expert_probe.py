@@ -1,0 +1,115 @@
+"""Probe an expert on the GPU outside the judge: where its error sits, how it compares with the vendor's own error,
+and a quick speed figure. For debugging and for checking a task's tolerance; the verdict is `xlang eval`'s.
+
+Builds the task's expert for Hopper (or FILE with --file), runs it once per shape and input kind, and prints per
+output the max error, the NaN count, the failing count and the worst margin against the task's tolerance
+(max of |err| - (atol + rtol |ref|): negative passes). With --vendor the vendor baseline's outputs (cuDNN SDPA,
+cuBLAS) are checked the same way against the same fp32 reference: the yardstick for the tolerance. For a 4-D
+output [B, H, S, D] that fails, a map of the failing 16x16 blocks of the first and last head (rows down) shows a
+wrong descriptor or fragment map as a pattern. With --time it times the expert and the vendor with
+triton.testing.do_bench at the default shape (a quick figure, not the harness's method).
+
+Usage: python3 benchmarks/expert_probe.py LANG TASK [--shape S=300,D=96 ...] [--kinds normal,flat] [--vendor] [--time]
+"""
+import argparse
+import sys
+
+import torch
+
+from xlang.archs import get_arch
+from xlang.backend import build_candidate, get_backend
+from xlang.candidate import allocate_outputs, arguments
+from xlang.task import get_task, parse_shape
+
+
+def error_map(bad, rows=16, cols=16):
+    """'#' for a block with a failing element, '.' for a good one, over one [S, D] head."""
+    return ["".join("#" if bad[r0:r0 + rows, c0:c0 + cols].any() else "." for c0 in range(0, bad.shape[1], cols))
+            for r0 in range(0, bad.shape[0], rows)]
+
+
+def check(label, got, want, atol, rtol, maps=False):
+    got, want = got.float(), want.float()
+    diff = (got - want).abs()
+    limit = atol + rtol * want.abs()
+    ok = diff <= limit
+    margin = (diff - limit).nan_to_num(float("inf")).max().item()
+    print(f"   {label}: max|err| {diff.nan_to_num(float('inf')).max().item():.4g}  worst margin {margin:+.4g}  "
+          f"nan {got.isnan().sum().item()}  failing {(~ok).sum().item()} of {got.numel()}")
+    if maps and got.dim() == 4 and (~ok).any():
+        for b, h in [(0, 0), (0, got.shape[1] - 1)]:
+            print(f"     [{b},{h}] 16x16 blocks failing (rows down):")
+            for line in error_map(~ok[b, h])[:40]:
+                print("       " + line)
+    return bool(ok.all())
+
+
+def vendor_outputs(task, inputs, shape, names):
+    """The vendor baseline's outputs by the task's output names (SDPA gives O only; its backward dQ, dK, dV)."""
+    out = task.baseline(inputs, shape)()
+    out = out if isinstance(out, (tuple, list)) else (out,)
+    return dict(zip(names, out))
+
+
+def probe(task, entry, shape, kind, seed, vendor):
+    inputs = task.make_inputs(shape, seed, "cuda", kind)
+    outputs = allocate_outputs(task, shape, "cuda")
+    entry(*arguments(task, shape, {**inputs, **outputs}))
+    torch.cuda.synchronize()
+    ref = task.reference({k: v.clone() for k, v in inputs.items()}, shape)
+    atol, rtol = task.tolerance["atol"], task.tolerance["rtol"]
+    print(f"-- shape {shape} kind {kind}")
+    ok = all([check(name, got, ref[name], atol, rtol, maps=True) for name, got in outputs.items()])
+    if vendor:
+        for name, got in vendor_outputs(task, inputs, shape, list(outputs)).items():
+            check(f"vendor {name}", got, ref[name], atol, rtol)
+    return ok
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("lang")
+    p.add_argument("task")
+    p.add_argument("--file", help="a candidate file instead of the task's expert")
+    p.add_argument("--shape", action="append", default=[])
+    p.add_argument("--kinds", default="normal", help="input kinds, comma-separated, or 'all' (the task's)")
+    p.add_argument("--vendor", action="store_true", help="check the vendor baseline's error the same way")
+    p.add_argument("--time", action="store_true")
+    a = p.parse_args()
+    task, arch, backend = get_task(a.task), get_arch("h100"), get_backend(a.lang)
+    text = open(a.file).read() if a.file else task.solution(a.lang, arch.generation, backend.suffix).text
+    shapes = [task.shape(parse_shape(s)) for s in a.shape] or [task.shape({})]
+    kinds = task.input_kinds if a.kinds == "all" else a.kinds.split(",")
+    build = build_candidate(text, a.lang, task, arch, shapes[0])
+    if not build.ok:
+        print("build failed:\n" + (build.error or ""))
+        sys.exit(1)
+    entry = backend.load_entry(build)
+    failed = 0
+    for n, shape in enumerate(shapes):
+        for kind in kinds:
+            try:
+                failed += not probe(task, entry, shape, kind, 1234 + n, a.vendor)
+            except Exception as e:  # noqa: BLE001 - report and go on to the next shape
+                print(f"-- shape {shape} kind {kind}: {type(e).__name__}: {str(e)[:600]}")
+                if "CUDA" in str(e):
+                    sys.exit(2)
+                failed += 1
+    if a.time:
+        import triton
+
+        shape = task.shape({})
+        inputs = task.make_inputs(shape, 1, "cuda")
+        outputs = allocate_outputs(task, shape, "cuda")
+        args = arguments(task, shape, {**inputs, **outputs})
+        flops = task.flops(shape)
+        base = task.baseline(inputs, shape)
+        for name, fn in (("expert", lambda: entry(*args)), ("vendor", base), ("expert", lambda: entry(*args))):
+            ms = triton.testing.do_bench(fn, warmup=25, rep=200)
+            print(f"time {name} {shape}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s")
+    print(f"PROBE {a.lang} {a.task}: {'all correct' if not failed else f'{failed} failing'}")
+    sys.exit(3 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
