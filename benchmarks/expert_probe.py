@@ -9,9 +9,11 @@ output [B, H, S, D] that fails, a map of the failing 16x16 blocks of the first a
 wrong descriptor or fragment map as a pattern. With --time it times the expert and the vendor with
 triton.testing.do_bench at the default shape (a quick figure, not the harness's method).
 
-Usage: python3 benchmarks/expert_probe.py LANG TASK [--shape S=300,D=96 ...] [--kinds normal,flat] [--vendor] [--time]
+Usage: python3 benchmarks/expert_probe.py LANG TASK [--shape default --shape S=300,D=96 ...] [--kinds normal,flat]
+       [--seeds 3] [--vendor] [--time]
 """
 import argparse
+import itertools
 import sys
 
 import torch
@@ -58,7 +60,7 @@ def probe(task, entry, shape, kind, seed, vendor):
     torch.cuda.synchronize()
     ref = task.reference({k: v.clone() for k, v in inputs.items()}, shape)
     atol, rtol = task.tolerance["atol"], task.tolerance["rtol"]
-    print(f"-- shape {shape} kind {kind}")
+    print(f"-- shape {shape} kind {kind} seed {seed}")
     ok = all([check(name, got, ref[name], atol, rtol, maps=True) for name, got in outputs.items()])
     if vendor:
         for name, got in vendor_outputs(task, inputs, shape, list(outputs)).items():
@@ -71,14 +73,15 @@ def main():
     p.add_argument("lang")
     p.add_argument("task")
     p.add_argument("--file", help="a candidate file instead of the task's expert")
-    p.add_argument("--shape", action="append", default=[])
+    p.add_argument("--shape", action="append", default=[], help="size overrides; 'default' for the task's shape")
+    p.add_argument("--seeds", type=int, default=1, help="input seeds per shape and kind")
     p.add_argument("--kinds", default="normal", help="input kinds, comma-separated, or 'all' (the task's)")
     p.add_argument("--vendor", action="store_true", help="check the vendor baseline's error the same way")
     p.add_argument("--time", action="store_true")
     a = p.parse_args()
     task, arch, backend = get_task(a.task), get_arch("h100"), get_backend(a.lang)
     text = open(a.file).read() if a.file else task.solution(a.lang, arch.generation, backend.suffix).text
-    shapes = [task.shape(parse_shape(s)) for s in a.shape] or [task.shape({})]
+    shapes = [task.shape({} if s == "default" else parse_shape(s)) for s in a.shape] or [task.shape({})]
     kinds = task.input_kinds if a.kinds == "all" else a.kinds.split(",")
     build = build_candidate(text, a.lang, task, arch, shapes[0])
     if not build.ok:
@@ -87,9 +90,9 @@ def main():
     entry = backend.load_entry(build)
     failed = 0
     for n, shape in enumerate(shapes):
-        for kind in kinds:
+        for kind, seed in itertools.product(kinds, range(a.seeds)):
             try:
-                failed += not probe(task, entry, shape, kind, 1234 + n, a.vendor)
+                failed += not probe(task, entry, shape, kind, 1234 + 100 * n + seed, a.vendor)
             except Exception as e:  # noqa: BLE001 - report and go on to the next shape
                 print(f"-- shape {shape} kind {kind}: {type(e).__name__}: {str(e)[:600]}")
                 if "CUDA" in str(e):

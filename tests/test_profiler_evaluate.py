@@ -265,3 +265,29 @@ def test_memcheck_and_ncu_run_beside_the_check_and_timing_waits_for_them(tmp_pat
     v = run("incorrect", ncu_seconds=60)
     assert v.category == V.INCORRECT and "C[3, 4]" in v.detail
     assert seen["ncu"]["cancelled"] and time.monotonic() - start < 30
+
+
+def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_executed(tmp_path, monkeypatch):
+    """A call that ran and passed while its kernels went to another thread: Nsight Compute's NVTX range (per
+    thread) holds no kernel, it writes no report and says so. That is not_executed with the reason, not a
+    runtime error with an empty explanation (H200, 2026-11-30: gemm_side_thread.py)."""
+    from xlang.sandbox import ChildResult
+
+    calls = []
+
+    def fake_run_stage(spec, workdir, stage, timeout, **kw):
+        calls.append(stage)
+        child = ChildResult(0, "==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n", "",
+                            False, 1.0)
+        return ev.StageRun(child, {"status": "ok"}, "", 1.0)
+
+    monkeypatch.setattr(ev, "find_tool", lambda name: "/usr/bin/true")
+    monkeypatch.setattr(ev, "run_stage", fake_run_stage)
+    spec = {"ncu_trials": [[{"M": 64, "N": 64, "K": 64}, "normal", 1]]}
+    from xlang.archs import get_arch
+    from xlang.task import get_task
+
+    info, failure = ev.ncu_stage(spec, tmp_path, ev.EvalOptions(), {}, get_arch("h100"), ("wgmma", "tma"),
+                                 get_task("gemm"))
+    assert failure[0] == V.NOT_EXECUTED and "calling thread" in failure[1]
+    assert [a["kernels"] for a in info["attempts"]] == [0] * len(calls)

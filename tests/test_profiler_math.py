@@ -297,3 +297,24 @@ def test_summary_keys_are_json():
         assert key in s
     json.dumps(s)
     assert s["kernels"][0]["math"] == {"tensor_core": pytest.approx(TASK), "other": 0.0}
+
+
+def test_a_kernel_its_jit_compiled_at_run_time_is_judged_as_its_own():
+    """dead_branch.py compiles gemm_fma only on the GPU (its static build saw gemm_tc): by name alone ('gemm')
+    the ncu stage takes it for a vendor's; once the check stage's observer names it as the candidate's own, the
+    same profile is judged on its instructions: FMA work, no wgmma executed."""
+    from xlang.profiler.evaluate import ncu_judgement
+    from xlang.task import get_task
+
+    label = "triton-dead_branch"
+    profiles = ncu.merge(ncu.parse_source_page(_text(f"{label}.ncu_source.csv.gz")),
+                         ncu.parse_details_page(_text(f"{label}.ncu_details.csv.gz")))
+    spec = {"build_kernels": META[label]["build_kernels"],
+            "ncu_trials": [[{"M": 2048, "N": 2048, "K": 1024}, "normal", 1]]}
+    task = get_task("gemm")
+    _, by_name = ncu_judgement({}, profiles, spec, H200, ("wgmma", "tma"), task)
+    assert by_name[0] == "forbidden_call" and "gemm_fma" in by_name[1]
+    info, judged = ncu_judgement({}, profiles, spec, H200, ("wgmma", "tma"), task,
+                                 own_kernels=META[label]["own_kernels"])
+    assert judged[0] == "not_executed" and not info["forbidden_kernels"]
+    assert info["families"]["wgmma"] == 0

@@ -284,6 +284,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             attempt["kernels"] = len(profiles)
             if profiles:
                 break
+        elif "No kernels were profiled" in run.child.stdout + run.child.stderr:
+            attempt["kernels"] = 0  # ncu writes no report then (its own warning; a candidate printing it gains nothing)
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
     info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0]}
@@ -299,18 +301,23 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    # Every kernel in the profiled call is the candidate's doing (the runner launches nothing of its own):
-    # all of them count in the math, except vendor kernels, which are forbidden. Whose a kernel is was decided
-    # by module in the check stage (the observer), and _same_kernels ties this call to an observed one; here a
-    # name only keeps a vendor-looking kernel out of the math, and a kernel the candidate's own build compiled
-    # is never one, whatever its name ('gemm_persistent').
-    built = [n for n in spec.get("build_kernels", []) if n]
+    info["_profiles"] = profiles  # evaluate() judges them again once the check stage has named its own kernels
+    return ncu_judgement(info, profiles, spec, arch, required, task)
+
+
+def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, own_kernels=()):
+    """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's
+    doing (the runner launches nothing of its own): all of them count in the math, except vendor kernels,
+    which are forbidden. Nsight Compute has names only: a name keeps a vendor-looking kernel out of the math,
+    but never a kernel the candidate's build compiled ('gemm_persistent') or one the check stage's observer saw
+    its own modules run (own_kernels: a kernel its JIT compiled at run time, 'gemm_fma'). _same_kernels then
+    ties this call to an observed one."""
+    built = [n for n in spec.get("build_kernels", []) if n] + list(own_kernels or ())
     names = sorted({p.name for p in profiles
                     if ncu_mod.is_candidate_kernel(p.name, built) or not ncu_mod.forbidden_reason(p.name)})
     shape = spec["ncu_trials"][-1][0]
     summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
-    info["profiled_names"] = sorted(p.name for p in profiles)
-    info.update(summary)
+    info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary}
     if summary["forbidden_kernels"]:
         k = summary["forbidden_kernels"][0]
         return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
@@ -595,7 +602,12 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         time.sleep(0.02)
     side_results = [f.result() if f.done() else None for f in side]
     if gate is not None and all(r is not None for r in side_results):
-        gate.open(go=not any(failure for _, failure in side_results))
+        # A kernel the ncu stage calls a vendor's by its name alone may be one the candidate's JIT compiled at
+        # run time: that is settled after the check stage (ncu_judgement with its own kernels), so it does not
+        # stop the timing.
+        stopping = [failure for future, (_, failure) in zip(side, side_results)
+                    if failure and not (future is ncu_future and failure[0] == V.FORBIDDEN_CALL)]
+        gate.open(go=not stopping)
     check_future.result()
     check = check_box["run"]
     if check.result:
@@ -626,6 +638,10 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
         verdict.executed, failure = ncu_future.result()
+        profiles = verdict.executed.pop("_profiles", None)
+        own = (verdict.correctness or {}).get("own_kernels")
+        if profiles and own and failure and failure[0] == V.FORBIDDEN_CALL:
+            verdict.executed, failure = ncu_judgement(verdict.executed, profiles, spec, arch, required, task, own)
         verdict.executed_ok = True if failure is None else False if failure[0] == V.NOT_EXECUTED else None
         failures.append(failure)
     else:
