@@ -13,6 +13,13 @@ from xlang.task import Contract, SolutionVariant, Task, TensorArg
 HEAD_DIMS = (64, 96, 128)
 DEFAULT_SHAPE = {"B": 4, "H": 48, "HKV": 48, "S": 4096, "D": 128}
 TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
+# The causal backward, with cuDNN's own error as the yardstick (H200, 2026-11-30, B4 H48 S4096 D128 against the
+# fp32 reference, benchmarks/expert_probe.py --vendor, inputs normal and flat, 3 seeds each): cuDNN's backward
+# fails atol = rtol = 1e-2 on 1 of 100,663,296 dQ elements (flat, seed 1234) and comes within 0.0017 of it on every
+# input set; its worst errors (dQ 0.0174, dV 0.0202) and the Triton expert's (0.0190, 0.0188) are alike. The
+# early query rows see few keys, so their gradients are large and their bf16 rounding of dS and O counts most.
+# The non-causal backward's worst error there is 0.0027: it keeps 1e-2.
+CAUSAL_BACKWARD_TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}
 
 _Q = TensorArg("Q", "in", "bf16", ("B", "H", "S", "D"))
 _K = TensorArg("K", "in", "bf16", ("B", "HKV", "S", "D"))
@@ -298,7 +305,7 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         title=f"attention {kind}{' (causal)' if causal else ''}, bf16, head dim 64/96/128, GQA",
         contract=backward_contract(causal) if backward else forward_contract(causal),
         default_shape=dict(DEFAULT_SHAPE),
-        tolerance=dict(TOLERANCE),
+        tolerance=dict(CAUSAL_BACKWARD_TOLERANCE if backward and causal else TOLERANCE),
         flops=backward_flops(causal) if backward else forward_flops(causal),
         make_inputs=(lambda shape, seed, device, kind="normal": backward_inputs(shape, seed, device, causal, kind))
         if backward else (lambda shape, seed, device, kind="normal": forward_inputs(shape, seed, device, kind, causal)),

@@ -152,6 +152,14 @@ class Backend(ABC):
         the build-cache key and of what a verdict records."""
         return {dist: _package_version(dist) for dist in self.distributions}
 
+    def require_installed(self) -> None:
+        """Stop with one clear message when a Python distribution this language builds with is absent (checked
+        before any work: without it every build would fail and be stored as the candidate's compile error)."""
+        absent = [d for d, v in self.versions().items() if d in self.distributions and v == "none"]
+        if absent:
+            raise XlangError(f"{self.name} needs the Python package{'s' * (len(absent) > 1)} {', '.join(absent)}, not "
+                             f"installed here (pip install 'xlang[{self.name}]' where that extra exists)")
+
     def cache_inputs(self, arch) -> list[Path]:
         """Files or folders besides the backend's own folder whose content decides a build (the build-cache key
         hashes them), e.g. headers the compiler includes."""

@@ -148,6 +148,8 @@ def require_build_tools(langs) -> None:
     for tool in dict.fromkeys(t for lang in langs for t in get_backend(lang).tools):
         require_tool(tool)
     require_tool("cuobjdump")
+    for lang in langs:
+        get_backend(lang).require_installed()
 
 
 def print_census(build, console) -> None:

@@ -143,6 +143,8 @@ def validate(cfg: CompareConfig) -> CompareConfig:
 
     for tool in dict.fromkeys(t for lang in cfg.langs for t in get_backend(lang).tools):
         require_tool(tool)  # before any cell is built (e.g. nvcc), not after the other languages' cells
+    for lang in cfg.langs:
+        get_backend(lang).require_installed()  # e.g. cutedsl without nvidia-cutlass-dsl
     require_tool("cuobjdump")
     _check_model(cfg.model)
     from xlang.agent.prompt import DOCS_LEVELS

@@ -284,8 +284,11 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             attempt["kernels"] = len(profiles)
             if profiles:
                 break
-        elif "No kernels were profiled" in run.child.stdout + run.child.stderr:
-            attempt["kernels"] = 0  # ncu writes no report then (its own warning; a candidate printing it gains nothing)
+        elif "No kernels were profiled" in "".join((run.result or {}).get(k) or "" for k in
+                                                   ("runner_stdout", "runner_stderr")):
+            # ncu writes no report then, only its warning, on the output it shares with the runner (a candidate
+            # that prints the same line gains nothing: its call ends not_executed instead of runtime_error)
+            attempt["kernels"] = 0
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
     info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0]}

@@ -211,9 +211,9 @@ def choose_config(D, causal):
     """A small heuristic in place of autotuning. dK/dV: BN keys x BM queries per step (BN a multiple of BM);
     dQ: BM queries x BN keys per step (BM a multiple of BN)."""
     DP = triton.next_power_of_2(D)
-    dkdv = dict(BM=64, BN=128, num_warps=8, num_stages=2 if DP > 64 else 3)
-    dq = dict(BM=128, BN=64, num_warps=8, num_stages=2 if DP > 64 else 3)
-    return DP, dkdv, dq
+    if DP > 64:  # D 96 / 128: the fastest of a sweep at D=128 on the H200 (benchmarks/attn_bwd_triton_sweep.py)
+        return DP, dict(BM=64, BN=64, num_warps=4, num_stages=2), dict(BM=128, BN=64, num_warps=8, num_stages=3)
+    return DP, dict(BM=64, BN=128, num_warps=8, num_stages=3), dict(BM=128, BN=64, num_warps=8, num_stages=3)
 
 
 def launch(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D, DP, dkdv, dq, causal=CAUSAL):
