@@ -745,6 +745,18 @@ def gpu_processes(index: int = 0) -> list[int] | None:
         return None
 
 
+def _process_names(pids) -> str:
+    """'pid name' for each (the command name from /proc, when this namespace shows it): which processes they were."""
+    out = []
+    for pid in pids[:6]:
+        try:
+            name = Path(f"/proc/{pid}/comm").read_text().strip()[:32]
+        except OSError:
+            name = "not visible here"
+        out.append(f"{pid} {name}")
+    return ", ".join(out)
+
+
 def run_check(ctx, progress) -> dict:
     spec, task = ctx["spec"], ctx["task"]
     observer = ctx.get("observer")
@@ -771,7 +783,8 @@ def run_check(ctx, progress) -> dict:
         # Only where NVML's PIDs are ours (it lists the judge itself): in a container they may be the host's.
         if others and os.getpid() in others and len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
             raise Outcome("forbidden_call", f"{len(extra)} processes besides the judge held the GPU while the "
-                                            "candidate was timed: GPU work in a process the judge cannot observe")
+                                            "candidate was timed: GPU work in a process the judge cannot observe "
+                                            f"({_process_names(extra)})")
         if observer is not None and cand["stats"]["median_ms"] > cand["wall_stats"]["median_ms"] * 1.05 + 0.05:
             raise Outcome("runtime_error", "the observer's GPU time exceeds the judge's own wall clock around the "
                                            "same calls: the observer's records cannot be trusted")
