@@ -11,7 +11,7 @@ for n in /dev/nvidia*; do case $n in /dev/nvidia[0-9]*) ;; *) common+=(--dev-bin
 [ -d /dev/nvidia-caps ] && common+=(--dev-bind /dev/nvidia-caps /dev/nvidia-caps)
 for minor in 0 1; do
   for cvd in unset $minor 0; do
-    env_args=(); [ $cvd != unset ] && env_args=(CUDA_VISIBLE_DEVICES=$cvd)
+    env_args=(-u CUDA_VISIBLE_DEVICES); [ $cvd != unset ] && env_args=(CUDA_VISIBLE_DEVICES=$cvd)
     out=$(timeout 60 $BWRAP "${common[@]}" --dev-bind /dev/nvidia$minor /dev/nvidia$minor -- \
         env "${env_args[@]}" python3 -c "
 import torch
