@@ -9,7 +9,7 @@
 #   python3 benchmarks/hostile_corpus_run.py --shard 1/3 --budget-s 520     (one device call per shard)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-560} ))
 source benchmarks/device_step.sh
 mkdir -p /tmp/evals  # a local file system: the jailed uid must be able to read its build there

@@ -15,7 +15,7 @@ B=${BUDGET_S:-540}
 REAL_OUT=$OUT
 mkdir -p /tmp/outA /tmp/outB
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
-export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 nvidia-smi -L
 START=$(date +%s)
 (

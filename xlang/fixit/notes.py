@@ -10,6 +10,7 @@ the feedback: the notes alone (`bm25`) or each with its fixed kernel (`bm25+kern
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,10 @@ class NoteIndex:
     """BM25 over a list of notes. search() returns the top-k notes with a positive score, best first."""
 
     def __init__(self, notes: list[dict], source: str = ""):
+        # bm25s imports JAX when it is installed and runs a top-k with it at import: on a GPU machine JAX then
+        # takes the GPU (a context and most of its memory) in the loop's own process, and every later verdict
+        # sees a foreign process on the GPU (H200, 2026-11-30: forbidden_call). JAX stays on the CPU here.
+        os.environ["JAX_PLATFORMS"] = "cpu"
         try:
             import bm25s
         except ImportError:
@@ -96,7 +101,8 @@ class NoteIndex:
         if not any(len(ids) for ids in tokens.ids):
             return []
         k = min(k, len(self.notes))
-        docs, scores = self._retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        docs, scores = self._retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1,
+                                                 backend_selection="numpy")
         hits = [Hit(self.notes[int(i)], float(s)) for i, s in zip(docs[0], scores[0]) if float(s) > 0.0]
         return sorted(hits, key=lambda h: -h.score)
 
