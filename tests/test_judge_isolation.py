@@ -304,3 +304,32 @@ def test_kill_uid_ends_what_a_stage_left_behind_and_nothing_else():
     finally:
         for p in procs:
             p.kill()
+
+
+def test_a_jail_on_one_gpu_of_several_binds_only_that_gpus_node(monkeypatch, tmp_path):
+    """With the GPU's minor number known, a bubblewrap jail binds /dev/nvidia<minor> and the driver's control
+    nodes, never another GPU's node, and tells CUDA its one GPU is device 0 (what benchmarks/gpu_node_probe.sh
+    showed on two H200s: CUDA_VISIBLE_DEVICES=1 inside such a jail finds no GPU). Under a tool (no namespaces)
+    or with the minor unknown, every node is bound as before."""
+    from xlang import sandbox
+
+    nodes = [Path(f"/dev/{n}") for n in ("nvidia-caps", "nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidia1",
+                                         "nvidiactl")]
+    monkeypatch.setattr(sandbox, "_gpu_device_nodes", lambda: nodes)
+    monkeypatch.setattr(sandbox, "level", lambda: "bwrap+uid")
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(sandbox, "_uid_drop_sees_python", lambda: True)
+
+    def bound(jail):
+        args = jail.command(["true"])
+        return {args[i + 1] for i, a in enumerate(args) if a == "--dev-bind"}
+
+    one = sandbox.Jail(home=tmp_path, gpu=True, gpu_node=1, uid=64005)
+    assert bound(one) == {"/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1",
+                          "/dev/nvidiactl"}
+    assert one.env() == {"CUDA_VISIBLE_DEVICES": "0"}
+    for jail in (sandbox.Jail(home=tmp_path, gpu=True, uid=64005),
+                 sandbox.Jail(home=tmp_path, gpu=True, gpu_node=1, relaxed=True, uid=64005),
+                 sandbox.Jail(home=tmp_path, gpu=True, gpu_node=7, uid=64005)):  # no such node here
+        assert jail.env() == {}
+        assert not jail.relaxed and {"/dev/nvidia0", "/dev/nvidia1"} <= bound(jail) or jail.relaxed

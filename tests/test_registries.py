@@ -119,3 +119,29 @@ def test_causal_experts_are_the_non_causal_ones_with_the_switch_on():
         set_constants("x = 1\n", {"CAUSAL": "True"}, "f.py")
     with pytest.raises(ValueError, match="defined 2 times"):
         set_constants("CAUSAL = 0\nCAUSAL = 1\n", {"CAUSAL": "True"}, "f.py")
+
+
+def test_langs_lists_every_discovered_language_with_what_it_needs():
+    """`xlang langs` comes from the registry (no list of names anywhere else): every backend, its file suffix,
+    the Python packages and tools its builds need, and whether they are here."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from xlang.backend import backends
+    from xlang.cli import app
+
+    res = CliRunner().invoke(app, ["langs", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["lang"]: r for r in json.loads(res.output)}
+    assert list(rows) == list(backends())
+    assert {"triton", "gluon", "cuda_ptx", "cutedsl"} <= set(rows)
+    assert rows["cutedsl"]["packages"].keys() == {"torch", "nvidia-cutlass-dsl"}
+    assert "nvcc" in rows["cuda_ptx"]["tools"]
+
+
+def test_fixit_fences_come_from_the_backends():
+    from xlang.fixit.common import fence
+
+    assert [fence(x) for x in ("triton", "gluon", "cutedsl", "cuda_ptx", "nosuch")] == \
+        ["python", "python", "python", "cuda", ""]

@@ -67,6 +67,36 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
     console.print(keep_words(entries, console))
 
 
+@app.command("langs")
+def langs_command(as_json: bool = typer.Option(False, "--json", help="print the languages as JSON")):
+    """List the kernel languages (backends/ folders and plugins): file suffix, the tools and Python packages
+    their builds need, and whether those are installed here."""
+    from xlang.backend import backends
+    from xlang.terminal import keep_words, make_console
+    from xlang.toolchain import find_tool
+
+    rows = []
+    for b in backends().values():
+        versions = b.versions()
+        rows.append({"lang": b.name, "title": b.title, "suffix": b.suffix,
+                     "packages": {d: v for d, v in versions.items() if d in b.distributions},
+                     "tools": {t: str(find_tool(t) or "") for t in b.tools},
+                     "installed": all(v != "none" for d, v in versions.items() if d in b.distributions)
+                     and all(find_tool(t) for t in b.tools)})
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    console = make_console()
+    table = Table(title="languages")
+    for col in ("lang", "what", "file", "needs", "ready here"):
+        table.add_column(col)
+    for r in rows:
+        needs = [f"{d} {v}" for d, v in r["packages"].items()] + [f"{t} {'found' if p else 'missing'}"
+                                                                   for t, p in r["tools"].items()]
+        table.add_row(r["lang"], r["title"], r["suffix"], ", ".join(needs), "yes" if r["installed"] else "no")
+    console.print(keep_words(table, console))
+
+
 @app.command("archs")
 def archs_command(as_json: bool = typer.Option(False, "--json", help="print architectures and families as JSON")):
     """List the architectures: target, figures, instruction families, default requirement."""

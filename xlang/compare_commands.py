@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
 
 def compare_command(
     arch: str = typer.Option(..., "--arch", "-a", help="architectures, comma-separated: h100,h200,b200"),
-    langs: str = typer.Option(..., "--langs", "-l", help="languages, comma-separated: triton,cuda_ptx,cutedsl"),
+    langs: str = typer.Option(..., "--langs", "-l", help="kernel languages, comma-separated, e.g. triton,gluon,cuda_ptx,cutedsl (xlang langs lists them)"),
     tasks: Optional[str] = typer.Option(None, "--tasks", "--task", "-t",
                                         help="tasks, comma-separated (default: all; xlang tasks lists them)"),
     model: str = typer.Option("reference", "--model", "-m",

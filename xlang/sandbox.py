@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,20 @@ class Jail:
     gpu: bool = False
     relaxed: bool = False
     uid: int = BUILD_UID  # one per GPU and stage for runtime (uid_for_slot): kill_uid() ends all it left behind
+    gpu_node: int | None = None  # the minor number of the one GPU it may open (/dev/nvidiaN); None: every GPU
+
+    def one_gpu(self) -> bool:
+        """Whether the child sees only the GPU `gpu_node`: bubblewrap binds that one /dev/nvidiaN (and the
+        driver's control nodes), so another GPU of the machine cannot be opened, whatever the child sets
+        CUDA_VISIBLE_DEVICES to. Inside, CUDA and NVML count one GPU, device 0 (H200 x2, 2026-11-30:
+        benchmarks/gpu_node_probe.sh; CUDA_VISIBLE_DEVICES=1 there finds no GPU). Not under a tool (relaxed:
+        no namespaces) nor without bubblewrap."""
+        return (self.gpu and self.gpu_node is not None and not self.relaxed and level() != "process"
+                and any(dev.name == f"nvidia{self.gpu_node}" for dev in _gpu_device_nodes()))
+
+    def env(self) -> dict:
+        """What the child's environment must say for this jail: device 0 where it sees one GPU."""
+        return {"CUDA_VISIBLE_DEVICES": "0"} if self.one_gpu() else {}
 
     def prepare(self) -> None:
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)
@@ -168,7 +183,11 @@ class Jail:
             args += ["--bind", str(self.home), str(self.home)]
         args += ["--chdir", str(self.home)]
         if self.gpu:
-            for dev in sorted(Path("/dev").glob("nvidia*")):
+            one = self.one_gpu()
+            for dev in _gpu_device_nodes():
+                gpu_node = re.fullmatch(r"nvidia(\d+)", dev.name)
+                if one and gpu_node and int(gpu_node.group(1)) != self.gpu_node:
+                    continue  # another GPU's node: not in this jail
                 args += ["--dev-bind", str(dev), str(dev)]
             if Path("/dev/dri").is_dir():
                 args += ["--dev-bind", "/dev/dri", "/dev/dri"]
@@ -176,6 +195,11 @@ class Jail:
         if lvl == "bwrap+uid":
             args += _drop_uid(self.uid)
         return args + cmd
+
+
+def _gpu_device_nodes() -> list[Path]:
+    """The NVIDIA driver's device nodes: one /dev/nvidiaN per GPU, and its control, uvm and caps nodes."""
+    return sorted(Path("/dev").glob("nvidia*"))
 
 
 def _drop_uid(uid: int = NOBODY) -> list[str]:

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 
 def run_command(
     task: str = typer.Option(..., "--task", "-t", help="task name (xlang tasks lists them), e.g. gemm"),
-    lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
+    lang: str = typer.Option(..., "--lang", "-l", help="a kernel language: a folder under backends/ or a plugin (xlang langs lists them)"),
     arch: str = typer.Option(..., "--arch", "-a", help="h100 | h200 | b200"),
     model: str = typer.Option(..., "--model", "-m",
                               help="a litellm model (openai/..., anthropic/..., hosted_vllm/...), 'reference', "

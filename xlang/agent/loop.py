@@ -118,7 +118,10 @@ def _versions(source: Source) -> dict:
 
     out = {"python": platform.python_version(), **{k: v for k, v in toolchain_versions().items()
                                                     if k in ("nvcc", "ptxas", "driver")}}
-    for dist in ("xlang", "triton", "torch", "nvidia-cutlass-dsl", "litellm"):
+    from xlang.backend import backends
+
+    languages = [d for b in backends().values() for d in b.distributions]  # each language's toolchain packages
+    for dist in dict.fromkeys(["xlang", *languages, "litellm"]):
         if dist == "litellm" and source.kind != "llm":
             continue
         try:

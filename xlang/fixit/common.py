@@ -15,11 +15,12 @@ from xlang.errors import XlangError
 ACCEPT = ("ok", "static_ok", "category")
 FAILURES = tuple(c for c in V.STAGE_ORDER if c not in (V.OK, V.STATIC_OK))
 DEFAULT_SKIP = (V.NO_CODE,)  # a failure with no code has nothing to repair from
-FENCES = {"triton": "python", "cutedsl": "python", "cuda_ptx": "cuda"}
-
-
 def fence(lang: str) -> str:
-    return FENCES.get(lang, "")
+    """The code-block tag of the language's candidates (its backend's first fence; '' for an unknown one)."""
+    from xlang.backend import backends
+
+    backend = backends().get(lang)
+    return backend.fences[0] if backend is not None and backend.fences else ""
 
 
 def fixes(failed: str, category: str | None, accept: str) -> bool:

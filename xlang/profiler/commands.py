@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 def eval_command(
     file: Path = typer.Argument(..., help="candidate source file, or 'expert' for the task's expert solution"),
-    lang: str = typer.Option(..., "--lang", "-l", help="triton | cuda_ptx | cutedsl"),
+    lang: str = typer.Option(..., "--lang", "-l", help="a kernel language: a folder under backends/ or a plugin (xlang langs lists them)"),
     task: str = typer.Option(..., "--task", "-t"),
     arch: str = typer.Option("auto", "--arch", "-a", help="h100 | h200 | b200 | auto (the GPU present)"),
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),

@@ -547,6 +547,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     readable = [str(Path(build.workdir).resolve())]
     spec = {
         "lang": lang, "task": task.name, "arch": arch.name, "device": "cuda", "gpu_index": gpu.get("index"),
+        "gpu_minor": gpu.get("minor"),  # its /dev/nvidiaN: the jailed runners see that GPU only
         "hello": {"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
         "readable": readable, "seed_cache": str(backend.seed_cache(build) or ""),
         "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,

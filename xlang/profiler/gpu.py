@@ -61,6 +61,10 @@ def _from_nvml() -> list[dict] | None:
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
             info = {"index": i, "name": _text(pynvml.nvmlDeviceGetName(h)), "compute_capability": major * 10 + minor,
                     "driver": driver, "cuda_driver": cuda_driver}
+            try:
+                info["minor"] = pynvml.nvmlDeviceGetMinorNumber(h)  # its device node, /dev/nvidia<minor>
+            except Exception:  # noqa: BLE001 - unknown: jails then bind every GPU's node
+                pass
             info.update(_nvml_clocks(pynvml, h))
             try:
                 info["memory_mib"] = pynvml.nvmlDeviceGetMemoryInfo(h).total >> 20

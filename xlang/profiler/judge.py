@@ -243,7 +243,8 @@ class Runner:
             shutil.copytree(seed_cache, home / ".triton", symlinks=True, dirs_exist_ok=True)
         self.home = home
         self.uid = stage_uids(spec)[0 if role == "candidate" or tool else -1]
-        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid)
+        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid,
+                    gpu_node=spec.get("gpu_minor"))
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno()), spec["device"]]
@@ -260,7 +261,7 @@ class Runner:
             self.tool_cmd = tool
         else:
             cmd = jail.command(runner_cmd)
-        env = child_env(home=home, extra=dict(spec.get("env") or {}))
+        env = child_env(home=home, extra={**dict(spec.get("env") or {}), **jail.env()})
         if observer is not None:
             obs_env, obs_fds = observer.child_args()
             env.update(obs_env)
