@@ -318,3 +318,24 @@ def test_a_kernel_its_jit_compiled_at_run_time_is_judged_as_its_own():
                                  own_kernels=META[label]["own_kernels"])
     assert judged[0] == "not_executed" and not info["forbidden_kernels"]
     assert info["families"]["wgmma"] == 0
+
+
+def test_sass_identity_binds_a_profiled_kernel_to_the_build():
+    """The H200 profile of the Triton GEMM lists, instruction for instruction, what a CPU build of the same source
+    at the same shape compiled (its census); a different kernel profiled under that name does not."""
+    import dataclasses
+
+    from xlang.backend import build_candidate
+    from xlang.profiler.evaluate import _build_opcodes
+    from xlang.task import get_task
+
+    root = FIX.parent.parent / "kernels"
+    build = build_candidate((root / "triton" / "gemm_tma.py").read_text(), "triton", get_task("gemm"),
+                            get_arch("h100"), {"M": 8192, "N": 7168, "K": 5120}, cache=False)
+    built = _build_opcodes(build)
+    ours = ncu.parse_source_page(_text("triton-gemm_tma.ncu_source.csv.gz"))[0]
+    assert ncu.sass_identity(ours, built) is True
+    other = ncu.parse_source_page(_text("cuda_ptx-gemm_tile_hopper.ncu_source.csv.gz"))[0]
+    impostor = dataclasses.replace(other, name=ours.name)  # another kernel's code under the build's name
+    assert ncu.sass_identity(impostor, built) is False
+    assert ncu.sass_identity(other, built) is None  # a name the build does not have: no evidence either way

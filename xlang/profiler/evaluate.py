@@ -321,6 +321,12 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, own_ke
     shape = spec["ncu_trials"][-1][0]
     summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
     info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary}
+    # Evidence, not yet a failure: is each own kernel the build's code, instruction for instruction? (False for
+    # a vendor kernel profiled under a name the build also has; also for an honest Triton kernel specialised
+    # differently at run time, which is why it does not decide yet: to be measured on the experts first.)
+    identity = {p.name: ncu_mod.sass_identity(p, spec.get("build_opcodes") or {}) for p in profiles
+                if ncu_mod.is_candidate_kernel(p.name, names)}
+    info["sass_identity"] = {k: v for k, v in identity.items() if v is not None}
     if summary["forbidden_kernels"]:
         k = summary["forbidden_kernels"][0]
         return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
@@ -336,6 +342,14 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, own_ke
     if why:
         return info, (V.NOT_EXECUTED, why)
     return info, None
+
+
+def _build_opcodes(build) -> dict[str, list[dict]]:
+    """Kernel name -> the SASS opcode counts of each cubin the build compiled under that name (its census)."""
+    out: dict[str, list[dict]] = {}
+    for k in getattr(build.census, "kernels", None) or []:
+        out.setdefault(k.name, []).append(dict(k.opcodes))
+    return out
 
 
 def _same_kernels(executed: dict | None, observed: list | None, observed_first: list | None = None):
@@ -553,6 +567,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,
         "kernels_on_disk": backend.kernels_on_disk,
         "build_kernels": [k.name for k in build.kernels],
+        "build_opcodes": _build_opcodes(build),
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
         "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed},

@@ -13,6 +13,7 @@ import functools
 import io
 import math
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -275,6 +276,22 @@ def is_candidate_kernel(name: str, candidate_names) -> bool:
         if ident and ident == _identifier(c):
             return True
     return False
+
+
+def sass_identity(profile: "KernelProfile", built_opcodes: dict[str, list[dict]]) -> bool | None:
+    """Whether the kernel Nsight Compute profiled is, instruction for instruction, one the build compiled under
+    that name: the source page lists every SASS instruction of the function (executed or not), so its opcode
+    counts equal the static census of the same cubin (checked on the H200 fixtures: the Triton and cuda_ptx
+    GEMMs, 384 and 1024 instructions, identical to a CPU build of the same source). None when the build has no
+    kernel of that name (a kernel the JIT compiled at run time) or the page has no SASS lines."""
+    if not profile.lines:
+        return None
+    candidates = [ops for name, variants in built_opcodes.items() if profile.name.strip() == name.strip()
+                  for ops in variants]
+    if not candidates:
+        return None
+    seen = Counter(ln.opcode.split(".")[0] for ln in profile.lines)
+    return any(seen == Counter({k: v for k, v in ops.items() if v}) for ops in candidates)
 
 
 def forbidden_reason(name: str) -> str | None:
