@@ -4,22 +4,15 @@ expert's own (the harness's `xlang eval` is the verdict). Prints ms and TFLOP/s 
 Usage: python3 benchmarks/attn_bwd_triton_sweep.py [D] [seconds] [task,task]"""
 import itertools
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import triton
 
-from xlang.candidate import load_module
+from expert_module import load_expert
 from xlang.task import get_task
 
 
-def load(task_name):
-    solution = get_task(task_name).solution("triton", "hopper", ".py")
-    path = Path(tempfile.mkdtemp()) / f"{task_name}_triton.py"
-    path.write_text(solution.text)
-    return load_module(path, name=f"{task_name}_triton")
 
 
 D = int(sys.argv[1]) if len(sys.argv) > 1 else 128
@@ -31,7 +24,7 @@ DKDV = [dict(BM=bm, BN=bn, num_warps=w, num_stages=st)
 DQ = [dict(BM=bm, BN=bn, num_warps=w, num_stages=st)
       for bm, bn, w, st in itertools.product((64, 128), (32, 64, 128), (4, 8), (1, 2, 3)) if bm % bn == 0]
 for task_name in (sys.argv[3] if len(sys.argv) > 3 else "attn_bwd").split(","):
-    task, mod = get_task(task_name), load(task_name)
+    task, mod = get_task(task_name), load_expert(task_name)
     inputs = task.make_inputs(shape, 1, "cuda")
     outs = {n: torch.empty_like(inputs[src]) for n, src in (("dQ", "Q"), ("dK", "K"), ("dV", "V"))}
     args = [inputs[n] for n in ("dO", "Q", "K", "V", "O", "LSE")] + [outs[n] for n in ("dQ", "dK", "dV")]

@@ -1,23 +1,14 @@
 """Time a few configs of the Triton attention experts (B4 H48 S4096) with do_bench; prints TFLOP/s per config.
 Usage: python3 benchmarks/attn_fwd_triton_sweep.py [D]"""
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import triton
 
-from xlang.candidate import load_module
-from xlang.task import get_task
+from expert_module import load_expert
 
 
-def load(task_name):
-    """The task's Triton expert as the reference model submits it (causal: the variant's constants set)."""
-    solution = get_task(task_name).solution("triton", "hopper", ".py")
-    path = Path(tempfile.mkdtemp()) / f"{task_name}_triton.py"
-    path.write_text(solution.text)
-    return load_module(path, name=f"{task_name}_triton")
 
 
 D = int(sys.argv[1]) if len(sys.argv) > 1 else 128
@@ -33,7 +24,7 @@ variants = [dict(BM=128, BN=128, num_warps=8, num_stages=3), dict(BM=128, BN=128
             dict(BM=128, BN=128, num_warps=4, num_stages=3, WS=True)]
 t_end = time.time() + float(sys.argv[2] if len(sys.argv) > 2 else 60)
 for task in ("attn_fwd", "attn_fwd_causal"):
-    mod = load(task)
+    mod = load_expert(task)
     flops = 4.0 * B * H * S * S * D * (0.5 if mod.CAUSAL else 1.0)
     for cfg in variants:
         if time.time() > t_end:
