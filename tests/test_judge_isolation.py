@@ -327,7 +327,8 @@ def test_a_jail_on_one_gpu_of_several_binds_only_that_gpus_node(monkeypatch, tmp
     one = sandbox.Jail(home=tmp_path, gpu=True, gpu_node=1, uid=64005)
     assert bound(one) == {"/dev/nvidia-caps", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia1",
                           "/dev/nvidiactl"}
-    assert one.env() == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert one.env() == one.env("1") == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert one.env("MIG-5e3c0b1a-0000-0000-0000-000000000000") == {}  # a UUID names the same device inside
     for jail in (sandbox.Jail(home=tmp_path, gpu=True, uid=64005),
                  sandbox.Jail(home=tmp_path, gpu=True, gpu_node=1, relaxed=True, uid=64005),
                  sandbox.Jail(home=tmp_path, gpu=True, gpu_node=7, uid=64005)):  # no such node here

@@ -291,3 +291,5 @@ def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_execute
                                  get_task("gemm"))
     assert failure[0] == V.NOT_EXECUTED and "calling thread" in failure[1]
     assert [a["kernels"] for a in info["attempts"]] == [0] * len(calls)
+    # The same warning after an error of ncu's own is the tool's failure, not the candidate's.
+    assert ev._ncu_saw_no_kernel("==ERROR== ERR_NVGPUCTRPERM\n==WARNING== No kernels were profiled.\n") is False

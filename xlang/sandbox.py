@@ -119,9 +119,13 @@ class Jail:
         return (self.gpu and self.gpu_node is not None and not self.relaxed and level() != "process"
                 and any(dev.name == f"nvidia{self.gpu_node}" for dev in _gpu_device_nodes()))
 
-    def env(self) -> dict:
-        """What the child's environment must say for this jail: device 0 where it sees one GPU."""
-        return {"CUDA_VISIBLE_DEVICES": "0"} if self.one_gpu() else {}
+    def env(self, visible: str | None = None) -> dict:
+        """What the child's environment must say for this jail: device 0 where it sees one GPU and `visible`
+        (the CUDA_VISIBLE_DEVICES it would inherit) is unset or an index; a GPU- or MIG- UUID names the same
+        device inside the jail, and "0" could be another MIG instance, so it is left as it is."""
+        if self.one_gpu() and (not visible or visible.strip().isdigit()):
+            return {"CUDA_VISIBLE_DEVICES": "0"}
+        return {}
 
     def prepare(self) -> None:
         (self.home / "tmp").mkdir(parents=True, exist_ok=True)

@@ -284,10 +284,7 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             attempt["kernels"] = len(profiles)
             if profiles:
                 break
-        elif "No kernels were profiled" in "".join((run.result or {}).get(k) or "" for k in
-                                                   ("runner_stdout", "runner_stderr")):
-            # ncu writes no report then, only its warning, on the output it shares with the runner (a candidate
-            # that prints the same line gains nothing: its call ends not_executed instead of runtime_error)
+        elif _ncu_saw_no_kernel("".join((run.result or {}).get(k) or "" for k in ("runner_stdout", "runner_stderr"))):
             attempt["kernels"] = 0
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
@@ -304,18 +301,26 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    info["_profiles"] = profiles  # evaluate() judges them again once the check stage has named its own kernels
     return ncu_judgement(info, profiles, spec, arch, required, task)
 
 
-def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, own_kernels=()):
+def _ncu_saw_no_kernel(tool_output: str) -> bool:
+    """ncu profiled nothing and said so, with no error of its own: it writes no report then, only its warning, on
+    the output it shares with the runner. After an error of ncu's (counters not permitted, a kernel it failed to
+    profile) it says the same, and that is the tool's failure, not the candidate's. (A candidate that prints
+    these lines itself only moves its own failure between not_executed and runtime_error.)"""
+    return "No kernels were profiled" in tool_output and "==ERROR==" not in tool_output
+
+
+def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
     """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's
     doing (the runner launches nothing of its own): all of them count in the math, except vendor kernels,
     which are forbidden. Nsight Compute has names only: a name keeps a vendor-looking kernel out of the math,
-    but never a kernel the candidate's build compiled ('gemm_persistent') or one the check stage's observer saw
-    its own modules run (own_kernels: a kernel its JIT compiled at run time, 'gemm_fma'). _same_kernels then
-    ties this call to an observed one."""
-    built = [n for n in spec.get("build_kernels", []) if n] + list(own_kernels or ())
+    but never a kernel the candidate's build compiled ('gemm_persistent'). A vendor-looking kernel the build did
+    not compile stays forbidden even when the candidate's own JIT made one of that name at run time: under the
+    profiler the same name could be the vendor's kernel (a candidate can tell it is profiled), and names are
+    all Nsight Compute gives. _same_kernels then ties this call to an observed one."""
+    built = [n for n in spec.get("build_kernels", []) if n]
     names = sorted({p.name for p in profiles
                     if ncu_mod.is_candidate_kernel(p.name, built) or not ncu_mod.forbidden_reason(p.name)})
     shape = spec["ncu_trials"][-1][0]
@@ -324,13 +329,20 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, own_ke
     # Evidence, not yet a failure: is each own kernel the build's code, instruction for instruction? (False for
     # a vendor kernel profiled under a name the build also has; also for an honest Triton kernel specialised
     # differently at run time, which is why it does not decide yet: to be measured on the experts first.)
-    identity = {p.name: ncu_mod.sass_identity(p, spec.get("build_opcodes") or {}) for p in profiles
-                if ncu_mod.is_candidate_kernel(p.name, names)}
-    info["sass_identity"] = {k: v for k, v in identity.items() if v is not None}
+    identity: dict[str, list] = {}
+    for p in profiles:
+        if ncu_mod.is_candidate_kernel(p.name, names):
+            identity.setdefault(p.name, []).append(ncu_mod.sass_identity(p, spec.get("build_opcodes") or {}))
+    # every launch under a name must be the build's code (an impostor first and the real kernel after is False)
+    info["sass_identity"] = {k: all(v for v in vs if v is not None) for k, vs in identity.items()
+                             if any(v is not None for v in vs)}
     if summary["forbidden_kernels"]:
         k = summary["forbidden_kernels"][0]
         return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
-                                        f"vendor/torch compute kernel(s), e.g. {k['name'][:120]} ({k['why']})")
+                                        f"kernel(s) named like a vendor's or torch's compute kernel that its build "
+                                        f"did not compile, e.g. {k['name'][:120]} ({k['why']}); Nsight Compute knows "
+                                        "kernels by name only, so such a kernel counts as the vendor's (a kernel of "
+                                        "your own must be one the build compiles, or be named unlike a library's)")
     if summary["missing"]:
         counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
         extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
@@ -490,6 +502,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
                            "workdir": str(workdir), "stages": [s.name for s in STAGES]}
     stage_seconds: dict = {}
+    verdict.fingerprint["tolerance"] = dict(task.tolerance)  # what "correct" meant (it may change per task)
     verdict.fingerprint["stage_seconds"] = stage_seconds
     pool = ThreadPoolExecutor(3)
     held: list = []
@@ -621,12 +634,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         time.sleep(0.02)
     side_results = [f.result() if f.done() else None for f in side]
     if gate is not None and all(r is not None for r in side_results):
-        # A kernel the ncu stage calls a vendor's by its name alone may be one the candidate's JIT compiled at
-        # run time: that is settled after the check stage (ncu_judgement with its own kernels), so it does not
-        # stop the timing.
-        stopping = [failure for future, (_, failure) in zip(side, side_results)
-                    if failure and not (future is ncu_future and failure[0] == V.FORBIDDEN_CALL)]
-        gate.open(go=not stopping)
+        gate.open(go=not any(failure for _, failure in side_results))
     check_future.result()
     check = check_box["run"]
     if check.result:
@@ -657,10 +665,6 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
         verdict.executed, failure = ncu_future.result()
-        profiles = verdict.executed.pop("_profiles", None)
-        own = (verdict.correctness or {}).get("own_kernels")
-        if profiles and own and failure and failure[0] == V.FORBIDDEN_CALL:
-            verdict.executed, failure = ncu_judgement(verdict.executed, profiles, spec, arch, required, task, own)
         verdict.executed_ok = True if failure is None else False if failure[0] == V.NOT_EXECUTED else None
         failures.append(failure)
     else:

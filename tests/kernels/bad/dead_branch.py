@@ -1,6 +1,8 @@
 """BAD candidate (expected: not_executed). A TMA + tl.dot GEMM kernel is launched only when the tensors
 live on the CPU (as during xlang's static build, so the static census sees HGMMA and UTMALDG); on the GPU
-a plain CUDA-core outer-product kernel computes C instead. The result is right; no wgmma ever executes."""
+a plain CUDA-core outer-product kernel computes C instead. The result is right; no wgmma ever executes.
+(Its GPU kernel was named gemm_fma until 2026-11-30: 'gemm' is a vendor pattern, and a vendor-named kernel the
+build did not compile is forbidden_call, which the recorded fixture triton-dead_branch still shows.)"""
 
 import triton
 import triton.language as tl
@@ -22,7 +24,7 @@ def gemm_tc(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
 
 
 @triton.jit
-def gemm_fma(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr):
+def outer_product_fma(A, B, C, M, N, K, BM: tl.constexpr, BN: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
@@ -43,4 +45,4 @@ def xlang_entry(A, B, C, M, N, K):
         gemm_tc[grid](a_desc, b_desc, c_desc, M, N, K, BM=BM, BN=BN, BK=BK, num_warps=8, num_stages=3)
     else:
         grid = (triton.cdiv(M, 64), triton.cdiv(N, 64))
-        gemm_fma[grid](A, B, C, M, N, K, BM=64, BN=64, num_warps=4)
+        outer_product_fma[grid](A, B, C, M, N, K, BM=64, BN=64, num_warps=4)
