@@ -92,7 +92,7 @@ def test_a_third_party_language_registers_through_an_entry_point(plugin, capsys,
     assert fake.doc_files(arch) == ["h100/templates/fakelang.md"]
     assert fake.screen("x = vendor_gemm(a)") and not fake.screen("// vendor_gemm in a comment")
     assert _color("fakelang") == "#123456" and _color("gone_language") == "#888888"
-    from xlang.cli import require_build_tools
+    from xlang.backend import require_build_tools
 
     with pytest.raises(XlangError, match="fake-compiler"):  # its tools are checked before any work
         require_build_tools(["fakelang"])

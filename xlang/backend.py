@@ -152,10 +152,14 @@ class Backend(ABC):
         the build-cache key and of what a verdict records."""
         return {dist: _package_version(dist) for dist in self.distributions}
 
+    def absent_packages(self) -> list[str]:
+        """The Python distributions this language builds with that are not installed here."""
+        return [d for d, v in self.versions().items() if d in self.distributions and v == "none"]
+
     def require_installed(self) -> None:
         """Stop with one clear message when a Python distribution this language builds with is absent (checked
         before any work: without it every build would fail and be stored as the candidate's compile error)."""
-        absent = [d for d, v in self.versions().items() if d in self.distributions and v == "none"]
+        absent = self.absent_packages()
         if absent:
             raise XlangError(f"{self.name} needs the Python package{'s' * (len(absent) > 1)} {', '.join(absent)}, not "
                              f"installed here (pip install 'xlang[{self.name}]' where that extra exists)")
@@ -332,6 +336,18 @@ def _package_version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "none"
+
+
+def require_build_tools(langs) -> None:
+    """Before any work: every tool a build of these languages needs (Backend.tools; cuobjdump for the census)
+    and the Python packages they build with (Backend.distributions)."""
+    from xlang.toolchain import require_tool
+
+    for tool in dict.fromkeys(t for lang in langs for t in get_backend(lang).tools):
+        require_tool(tool)
+    require_tool("cuobjdump")
+    for lang in langs:
+        get_backend(lang).require_installed()
 
 
 @functools.cache

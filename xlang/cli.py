@@ -81,8 +81,7 @@ def langs_command(as_json: bool = typer.Option(False, "--json", help="print the 
         rows.append({"lang": b.name, "title": b.title, "suffix": b.suffix,
                      "packages": {d: v for d, v in versions.items() if d in b.distributions},
                      "tools": {t: str(find_tool(t) or "") for t in b.tools},
-                     "installed": all(v != "none" for d, v in versions.items() if d in b.distributions)
-                     and all(find_tool(t) for t in b.tools)})
+                     "installed": not b.absent_packages() and all(find_tool(t) for t in b.tools)})
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -159,7 +158,7 @@ def _alternatives(pattern: str) -> list[str]:
 
 def _resolve(file: Path | None, lang: str, task_name: str, arch_name: str, shape: str | None):
     from xlang.archs import get_arch
-    from xlang.backend import get_backend, read_source
+    from xlang.backend import get_backend, read_source, require_build_tools
     from xlang.task import get_task, parse_shape
 
     arch = get_arch(arch_name)
@@ -168,18 +167,6 @@ def _resolve(file: Path | None, lang: str, task_name: str, arch_name: str, shape
     text = read_source(file) if file is not None else None
     require_build_tools([lang])
     return arch, task, backend, task.shape(parse_shape(shape)), text
-
-
-def require_build_tools(langs) -> None:
-    """Before any work: every tool a build of these languages needs (Backend.tools; cuobjdump for the census)."""
-    from xlang.backend import get_backend
-    from xlang.toolchain import require_tool
-
-    for tool in dict.fromkeys(t for lang in langs for t in get_backend(lang).tools):
-        require_tool(tool)
-    require_tool("cuobjdump")
-    for lang in langs:
-        get_backend(lang).require_installed()
 
 
 def print_census(build, console) -> None:

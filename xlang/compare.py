@@ -139,13 +139,9 @@ def validate(cfg: CompareConfig) -> CompareConfig:
     if unknown:
         raise XlangError(f"--shape {', '.join(unknown)}: no selected task has such a size "
                          f"(tasks {', '.join(cfg.tasks)} have {', '.join(sorted(known))})")
-    from xlang.toolchain import require_tool
+    from xlang.backend import require_build_tools
 
-    for tool in dict.fromkeys(t for lang in cfg.langs for t in get_backend(lang).tools):
-        require_tool(tool)  # before any cell is built (e.g. nvcc), not after the other languages' cells
-    for lang in cfg.langs:
-        get_backend(lang).require_installed()  # e.g. cutedsl without nvidia-cutlass-dsl
-    require_tool("cuobjdump")
+    require_build_tools(cfg.langs)  # before any cell is built (e.g. nvcc), not after the other languages' cells
     _check_model(cfg.model)
     from xlang.agent.prompt import DOCS_LEVELS
 

@@ -89,7 +89,7 @@ def run_command(
             console.print(f"sample {e.sample_idx} turn {e.turn_idx}/{e.turns}: [{colour}]{e.category or 'error'}"
                           f"[/{colour}]{speed}  {first}  [dim]${e.cost_usd:.4f}[/dim]", highlight=False)
 
-    from xlang.cli import require_build_tools
+    from xlang.backend import require_build_tools
 
     require_build_tools([lang])  # nvcc for cuda_ptx, cuobjdump: before the run is created or a model called
     result = run(cfg, on_turn)

@@ -331,7 +331,7 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
     # differently at run time, which is why it does not decide yet: to be measured on the experts first.)
     identity: dict[str, list] = {}
     for p in profiles:
-        if ncu_mod.is_candidate_kernel(p.name, names):
+        if p.name in names:
             identity.setdefault(p.name, []).append(ncu_mod.sass_identity(p, spec.get("build_opcodes") or {}))
     # every launch under a name must be the build's code (an impostor first and the real kernel after is False)
     info["sass_identity"] = {k: all(v for v in vs if v is not None) for k, vs in identity.items()
