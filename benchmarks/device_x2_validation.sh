@@ -1,7 +1,7 @@
 #!/bin/bash
 # One nvidia-h200-x2 call that validates the judge (issue 12) on both GPUs at once:
 #   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
-#          `pytest -m gpu` on $TESTS_A or benchmarks/bench_harness.py with $BENCH_A when time is left;
+#          benchmarks/bench_harness.py with $BENCH_A, then `pytest -m gpu` on $TESTS_A, while time is left;
 #          (or, with SHARD_A / ALSO_A / ONLY_A, a shard of the hostile corpus instead; ONLY keeps just those)
 #          $PROBES_A first: "LANG:TASK:SHAPE;SHAPE:KINDS ..." runs benchmarks/expert_probe.py (--vendor --time) on each
 #   GPU 1: the hostile corpus, shard $SHARD and the entries $ALSO (benchmarks/hostile_corpus_run.py), then the
@@ -30,15 +30,17 @@ START=$(date +%s)
     args=(); IFS=';' read -ra sh <<< "$shapes"; for x in "${sh[@]}"; do [ -n "$x" ] && args+=(--shape "$x"); done
     left=$(( B - 60 - $(date +%s) + START )); [ $left -lt 60 ] && break
     echo "== probe $lang $task ${args[*]} kinds ${kinds:-normal}" >> /tmp/outA/probes.txt
-    CUDA_VISIBLE_DEVICES=0 timeout $(( left < 240 ? left : 240 )) python3 benchmarks/expert_probe.py $lang $task "${args[@]}" \
+    CUDA_VISIBLE_DEVICES=0 timeout $(( left < ${PROBE_CAP:-240} ? left : ${PROBE_CAP:-240} )) python3 benchmarks/expert_probe.py $lang $task "${args[@]}" \
         --kinds ${kinds:-normal} --vendor --time >> /tmp/outA/probes.txt 2>&1; echo "-- rc $?" >> /tmp/outA/probes.txt
   done
   BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash benchmarks/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
   left=$(( B - 15 - $(date +%s) + START ))
+  if [ -n "${BENCH_A:-}" ] && [ $left -gt 30 ]; then  # BENCH_A: benchmarks/bench_harness.py's arguments
+    timeout $left python3 benchmarks/bench_harness.py $BENCH_A --json /tmp/outA/bench.json > /tmp/outA/bench.txt 2>&1
+  fi
+  left=$(( B - 15 - $(date +%s) + START ))
   if [ -n "${TESTS_A:-}" ] && [ $left -gt 30 ]; then
     timeout $left python3 -m pytest -m gpu -q -p no:cacheprovider $TESTS_A > /tmp/outA/pytest.txt 2>&1
-  elif [ -n "${BENCH_A:-}" ] && [ $left -gt 30 ]; then  # BENCH_A: benchmarks/bench_harness.py's arguments
-    timeout $left python3 benchmarks/bench_harness.py $BENCH_A --json /tmp/outA/bench.json > /tmp/outA/bench.txt 2>&1
   fi
   left=$(( B - 15 - $(date +%s) + START ))
   if [ -n "${AFTER_A:-}" ] && [ $left -gt 30 ]; then

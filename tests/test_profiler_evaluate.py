@@ -236,31 +236,41 @@ def test_timing_gate_kills_a_worker_that_hangs_after_it(tmp_path):
 @pytest.mark.slow
 def test_memcheck_and_ncu_run_beside_the_check_and_timing_waits_for_them(tmp_path, monkeypatch):
     """The orchestration of a full verdict with a fake GPU: the check worker's correctness runs while memcheck
-    and ncu run; its timing starts only after both are done ('go'), is skipped when one failed ('skip'), and
-    a failed check stops memcheck and ncu at once."""
+    and ncu run; its timing starts only after memcheck is done and Nsight Compute's profile is taken ('go'),
+    is skipped when a failure is known by then ('skip'), and a failed check stops memcheck and ncu at once.
+    Reading the ncu report needs no GPU: timing may overlap it, and a failure found there still decides."""
     task, arch, build = _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch)
     seen = {}
 
-    def fake_side(name, seconds, failure):
-        def stage(spec, workdir, options, gpu, *rest):
+    def fake_side(name, seconds, failure, reading_s=0.0):
+        def stage(spec, workdir, options, gpu, *rest, gpu_free=None, check_done=None):
             cancel = rest[-1]
             cancelled = cancel.wait(seconds)
             seen[name] = {"ended": time.time(), "cancelled": cancelled}
+            if gpu_free is not None and not cancelled:
+                gpu_free.set()  # the profile is taken; its reading follows
+                seen[name]["profiled"] = time.time()
+                time.sleep(reading_s)
+                seen[name]["ended"] = time.time()
             return {"ran": not cancelled, "families": {"wgmma": 1.0, "tma": 1.0}}, failure
         return stage
 
-    def run(status, mem_failure=None, ncu_seconds=1.5):
+    def run(status, mem_failure=None, ncu_seconds=1.5, ncu_failure=None, reading_s=0.0):
         seen.clear()
         monkeypatch.setattr(ev, "memcheck_stage", fake_side("memcheck", 0.5, mem_failure))
-        monkeypatch.setattr(ev, "ncu_stage", fake_side("ncu", ncu_seconds, None))
+        monkeypatch.setattr(ev, "ncu_stage", fake_side("ncu", ncu_seconds, ncu_failure, reading_s))
         opts = {"extra_env": {"FAKE_STATUS": status}, "seed": 5}
         return ev.evaluate(build, "triton", task, arch, options=opts)
 
     v = run("ok")
     assert v.category == V.OK, v.detail
-    assert v.timing["started"] >= max(seen["memcheck"]["ended"], seen["ncu"]["ended"])  # timing waited for both
+    assert v.timing["started"] >= max(seen["memcheck"]["ended"], seen["ncu"]["profiled"])  # waited for both
     v = run("ok", mem_failure=(V.MEMORY_ERROR, "3 errors"))
     assert v.category == V.MEMORY_ERROR and v.timing is None  # told to skip timing
+    # The report's reading (4 s) fails the candidate after timing began: timing did not wait, the failure stands.
+    v = run("ok", ncu_failure=(V.NOT_EXECUTED, "wgmma executed by 0 threads"), reading_s=4.0)
+    assert v.category == V.NOT_EXECUTED and "0 threads" in v.detail
+    assert seen["ncu"]["profiled"] <= v.timing["started"] < seen["ncu"]["ended"]
     start = time.monotonic()
     v = run("incorrect", ncu_seconds=60)
     assert v.category == V.INCORRECT and "C[3, 4]" in v.detail

@@ -19,7 +19,7 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
             executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
 
 memcheck and ncu run beside the check's correctness trials; its timing waits at a gate until they have left
-the GPU. The parent never imports torch and never touches the GPU itself.
+the GPU (ncu's report is read while the timing runs: a failure found there still decides the verdict). The parent never imports torch and never touches the GPU itself.
 """
 
 from __future__ import annotations
@@ -259,9 +259,13 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     return info, None
 
 
-def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, cancel=None):
+def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, cancel=None,
+              gpu_free: threading.Event | None = None, check_done: threading.Event | None = None):
     """The profiled call is the last of spec["ncu_trials"] (an NVTX range; the calls before it compile and
-    autotune). Its kernels are compared with an observed timed call's at the end of evaluate()."""
+    autotune). Its kernels are compared with an observed timed call's at the end of evaluate().
+    gpu_free is set once a report is written and the profiled process is gone: reading the report needs no
+    GPU, so the check's timing need not wait for it. A later attempt then waits for check_done, so that no
+    profile ever runs beside the timing."""
     tool = find_tool("ncu")
     if tool is None:
         return {"ran": False, "note": "ncu (Nsight Compute) not found"}, (
@@ -270,6 +274,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     report.parent.mkdir(mode=0o700, exist_ok=True)
     attempts, profiles, run = [], [], None
     for replay in NCU_ATTEMPTS:
+        if gpu_free is not None and gpu_free.is_set() and check_done is not None:
+            check_done.wait()
         report_file = Path(str(report) + ".ncu-rep")  # the judge copies it here from where ncu wrote it
         report_file.unlink(missing_ok=True)
         prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=True)
@@ -280,6 +286,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         if run.child.timed_out or run.child.cancelled:
             break
         if report_file.is_file():
+            if gpu_free is not None:
+                gpu_free.set()
             profiles = _ncu_imports(str(tool), report_file, report.parent)
             attempt["kernels"] = len(profiles)
             if profiles:
@@ -518,6 +526,10 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         for lock in held:
             lock.release()
         verdict.category, verdict.detail = category, detail
+        if category in (V.FORBIDDEN_CALL, V.INCORRECT):
+            # Wherever found (the ncu stage too, after the timing): a vendor's work or a wrong answer under the
+            # profiler is not a correct candidate, and its timing is never a speedup of one.
+            verdict.correct = False
         verdict.fingerprint["seconds"] = round(time.monotonic() - started, 2)
         try:
             (workdir / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
@@ -598,7 +610,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                                observer_note=observer_note, isolation=verdict.isolation,
                                seeds={"base": seed, "timing": timing_seed})
 
-    check_done = threading.Event()
+    check_done, ncu_profiled = threading.Event(), threading.Event()
     check_box: dict = {}
 
     def run_check():
@@ -611,10 +623,10 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             stage_seconds["check"] = round(time.monotonic() - t0, 2)
             check_done.set()
 
-    def timed(name, fn, *args):
+    def timed(name, fn, *args, **kwargs):
         t0 = time.monotonic()
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
             stage_seconds[name] = round(time.monotonic() - t0, 2)
 
@@ -625,16 +637,20 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu, side_cancel)
         if options.ncu:
             ncu_future = pool.submit(timed, "ncu", ncu_stage, spec, workdir, options, gpu, arch, required, task,
-                                     side_cancel)
+                                     side_cancel, gpu_free=ncu_profiled, check_done=check_done)
     side = [f for f in (mem_future, ncu_future) if f is not None]
-    # Timing waits at the gate until memcheck and ncu are done; a failed check stops them.
-    while side and not all(f.done() for f in side):
+
+    def off_the_gpu() -> bool:  # memcheck finished, Nsight Compute finished or at least its profile taken
+        return all(f.done() or (f is ncu_future and ncu_profiled.is_set()) for f in side)
+
+    # Timing waits at the gate until memcheck and ncu have left the GPU; a failed check stops them. A failure
+    # already known skips the timing; the ncu report's reading can still fail the candidate after it.
+    while side and not off_the_gpu():
         if check_done.is_set() and judge_stage("check", check_box["run"], options.check_timeout_s):
             break
         time.sleep(0.02)
-    side_results = [f.result() if f.done() else None for f in side]
-    if gate is not None and all(r is not None for r in side_results):
-        gate.open(go=not any(failure for _, failure in side_results))
+    if gate is not None and side and off_the_gpu():
+        gate.open(go=not any(f.result()[1] for f in side if f.done()))
     check_future.result()
     check = check_box["run"]
     if check.result:
