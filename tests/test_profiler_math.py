@@ -335,3 +335,40 @@ def test_sass_identity_binds_a_profiled_kernel_to_the_build():
     impostor = dataclasses.replace(other, name=ours.name)  # another kernel's code under the build's name
     assert ncu.sass_identity(impostor, built) is False
     assert ncu.sass_identity(other, built) is None  # a name the build does not have: no evidence either way
+
+
+def test_fixture_source_page_printing_a_kernel_twice_counts_each_launch_once():
+    """H200, 2026-11-30: the cuda_ptx attention-backward expert's source page holds each of its 3 kernels twice
+    (identical blocks), its details page 3 launches. Counted per block, wgmma did 2.8x the task's FLOPs and the
+    verdict was not_executed; per launch it is the FA2 split's 1.4x (dK/dV: 4 matmuls, dQ: 3; the task: 5)."""
+    from xlang.task import get_task
+
+    label = "cuda_ptx-attn_bwd_hopper"
+    source = ncu.parse_source_page(_text(f"{label}.ncu_source.csv.gz"))
+    details = ncu.parse_details_page(_text(f"{label}.ncu_details.csv.gz"))
+    assert len(source) == 6 and len(details) == 3
+    profiles = ncu.merge(source, details)
+    assert [p.name for p in profiles] == [d.name for d in details]
+    for p in profiles:  # each launch kept its SASS lines, and they add up to its own executed total
+        assert p.lines and sum(ln.threads for ln in p.lines) == sum(p.per_opcode.values())
+    task_flops = get_task("attn_bwd").flops(META[label]["shape"])
+    s = ncu.summarize(profiles, META[label]["build_kernels"], H200.families, ("wgmma", "tma"), task_flops=task_flops)
+    assert s["tc_to_task"] == pytest.approx(1.4, rel=0.01) and s["tc_share"] > 0.99
+    assert ncu.work_check(s) is None
+
+
+def test_merge_pairs_launches_by_their_own_totals():
+    """Two launches of one kernel with different counts, each printed twice on the source page (A A B B): each
+    launch gets the block whose counts are its own, never the other's."""
+    def block(name, n):
+        return ncu.KernelProfile(name=name, lines=[ncu.SassLine("0x0", "FFMA", n / 32, n)])
+
+    def launch(name, n, i):
+        return ncu.KernelProfile(name=name, per_opcode={"FFMA": n}, index=i)
+
+    source = [block("k", 64), block("k", 64), block("k", 128), block("k", 128)]
+    merged = ncu.merge(source, [launch("k", 64, 0), launch("k", 128, 1)])
+    assert [sum(ln.threads for ln in p.lines) for p in merged] == [64, 128]
+    # one launch printed once: unchanged pairing
+    merged = ncu.merge([block("k", 64)], [launch("k", 64, 0)])
+    assert len(merged) == 1 and merged[0].per_opcode == {"FFMA": 64}

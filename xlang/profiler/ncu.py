@@ -185,24 +185,34 @@ def parse_details_page(text: str) -> list[KernelProfile]:
 
 
 def merge(source: list[KernelProfile], details: list[KernelProfile]) -> list[KernelProfile]:
-    """Pair the source page's kernels with the details page's (same report order; names as a check)."""
+    """One profile per profiled launch, with its SASS lines. The details page is the count of launches (one
+    result ID each); the source page can print a kernel's block more than once (on the H200, 2026-11-30: every
+    kernel of the cuda_ptx attention-backward expert twice, identical), so a block never counts by itself:
+    each launch takes the first block of its name whose executed thread instructions add up to the launch's
+    own total (else the first of its name; launches of one kernel with equal counts share a block)."""
     if not source:
         return details
-    if len(source) == len(details):
+    if not details:
+        return source
+    if len(source) == len(details) and all(not s.name or s.name == d.name for s, d in zip(source, details)):
         for s, d in zip(source, details):
             s.per_opcode, s.per_opcode_warps = d.per_opcode, d.per_opcode_warps
             if not s.name:
                 s.name = d.name
         return source
-    by_name = {}
+    out = []
     for d in details:
-        by_name.setdefault(d.name, d)
-    for s in source:
-        d = by_name.get(s.name)
-        if d is not None:
-            s.per_opcode, s.per_opcode_warps = d.per_opcode, d.per_opcode_warps
-    known = {s.name for s in source}
-    return source + [d for d in details if d.name not in known]
+        same = [s for s in source if s.name == d.name]
+        total = sum(d.per_opcode.values())
+        block = next((s for s in same if abs(sum(ln.threads for ln in s.lines) - total) <= 1e-9 * max(total, 1.0)),
+                     same[0] if same else None)
+        if block is None:
+            out.append(d)
+            continue
+        out.append(KernelProfile(name=d.name, index=d.index, lines=list(block.lines), per_opcode=d.per_opcode,
+                                 per_opcode_warps=d.per_opcode_warps))
+    named = {d.name for d in details}
+    return out + [s for s in source if s.name not in named]  # a block the details page lacks stays visible
 
 
 # ---- names: the candidate's kernels vs everything else -------------------------------------------
