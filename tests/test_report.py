@@ -163,3 +163,31 @@ def test_load_from_store(tmp_path):
     assert list(only.runs.run_id) == ["g-t-b-0#0"]
     with pytest.raises(Exception, match="no results store"):
         source.load(tmp_path / "nope.db")
+
+
+def test_load_reads_several_stores_as_one_and_refuses_a_run_twice(tmp_path):
+    """Compares run apart (one per GPU or machine) report as one: --store a.db,b.db. A run in two stores is
+    an error, never counted twice."""
+    from xlang.errors import XlangError
+    from xlang.report import source
+    from xlang.store import Store
+
+    recs = records()
+    halves = {"a": recs[: len(recs) // 2], "b": recs[len(recs) // 2:]}
+    for name, part in halves.items():
+        with Store(tmp_path / f"{name}.db") as store:
+            for rec in part:
+                store.create_run(rec["run_id"], task=rec["task"], lang=rec["lang"], arch=rec["arch"],
+                                 model="reference", source="reference", docs_level="contracts",
+                                 turns_limit=rec["turns_limit"], samples=1)
+                store.start_sample(rec["run_id"], 0)
+                for t in rec["turns"]:
+                    store.add_turn(rec["run_id"], 0, t["turn"], messages=[], verdict=t["verdict"],
+                                   build=t["verdict"]["build"])
+                store.update_sample(rec["run_id"], 0, status=rec["status"])
+    both = source.load(f"{tmp_path / 'a.db'},{tmp_path / 'b.db'}")
+    assert sorted(both.runs.run_id) == sorted(f"{r['run_id']}#0" for r in recs)
+    pd.testing.assert_frame_equal(tables.format_cells(tables.cell_stats(both)),
+                                  tables.format_cells(tables.cell_stats(from_records(recs))))
+    with pytest.raises(XlangError, match="in both"):
+        source.load(f"{tmp_path / 'a.db'},{tmp_path / 'a.db'}")

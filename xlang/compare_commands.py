@@ -88,7 +88,8 @@ def compare_command(
 
 def report_command(
     store: Optional[str] = typer.Option(None, help="results database (default: xlang-runs/results.db or "
-                                                   "$XLANG_STORE); opened read-only, never changed"),
+                                                   "$XLANG_STORE), or several comma-separated, read as one; "
+                                                   "opened read-only, never changed"),
     out: Optional[Path] = typer.Option(None, help="output folder (default: report-<store name> beside the store)"),
     title: Optional[str] = typer.Option(None, help="the report's title"),
     where: Optional[str] = typer.Option(None, "--where", help="only these runs, e.g. model=openai/gpt-5,docs=params "
@@ -109,7 +110,8 @@ def report_command(
 
     console = make_console()
     store = store or default_store()
-    out = out or Path(store).parent / f"report-{Path(store).stem}"
+    first = store.split(",")[0].strip()
+    out = out or Path(first).parent / f"report-{Path(first).stem}"
     filters = parse_where(where)
     axes = parse_axes(by)
     try:

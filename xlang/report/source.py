@@ -60,9 +60,23 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
 
 def load(store_path: str | Path, run_ids: list[str] | None = None) -> Dataset:
     """The Dataset of a results store, opened read-only: the file is never changed (not even its schema);
-    one that is not a store, is damaged, lacks a table or has another schema version is an XlangError."""
+    one that is not a store, is damaged, lacks a table or has another schema version is an XlangError.
+    Several stores, comma-separated ('gpu0.db,gpu1.db': compares run apart, on other GPUs or machines), read
+    as one; a run in two of them is an error, never counted twice."""
+    from xlang.errors import XlangError
     from xlang.store import Store
 
-    with Store(store_path, readonly=True) as store:
-        records, envs = records_from_store(store, run_ids)
-    return from_records(records, envs, source=str(store_path))
+    paths = [p.strip() for p in str(store_path).split(",") if p.strip()] if isinstance(store_path, str) \
+        else [store_path]
+    records, envs, seen = [], [], {}
+    for path in paths:
+        with Store(path, readonly=True) as store:
+            recs, more = records_from_store(store, run_ids)
+        for r in recs:
+            if r["run_id"] in seen:
+                raise XlangError(f"sample {r['run_id']} is in both {seen[r['run_id']]} and {path}: "
+                                 "read each run from one store only")
+            seen[r["run_id"]] = path
+        records += recs
+        envs += [e for e in more if e not in envs]
+    return from_records(records, envs, source=",".join(str(p) for p in paths))
