@@ -34,6 +34,8 @@ measure() {
     [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
         && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     mkdir -p "$site" && xz -dc "$CARRY/ray-cp312.tar.xz" | tar -C "$site" -xf - --strip-components=1
+    # zipfile extraction (prepare) drops the executable bits: Ray's own servers (gcs_server, raylet) need them
+    find "$site/ray/core/src" -type f ! -name '*.so' ! -name '*.py' -exec chmod +x {} +
     export PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c 'import ray; print("ray", ray.__version__)'
     nvidia-smi -L
