@@ -48,7 +48,8 @@ measure() {
         local t0; t0=$(date +%s.%N)
         XLANG_GPUS=$only python3 -m xlang compare "${MATRIX[@]}" --ray --store "$out/gpus$n.db" --json \
             > "$out/gpus$n.json" 2> "$out/gpus$n.log"
-        echo "$n $(echo "$(date +%s.%N) - $t0" | bc)" >> "$out/times"
+        echo "$n $(python3 -c "import sys; print(float(sys.argv[1]) - float(sys.argv[2]))" "$(date +%s.%N)" "$t0")" \
+            >> "$out/times"  # the whole process: Ray's start included (no bc on the GPU image)
         tail -3 "$out/gpus$n.log"
     done
     python3 - "$out" $GPUS <<'PY'
