@@ -41,6 +41,9 @@ CASES = [
     ("attn_fwd_causal", "cuda_ptx", "b200", "D=96,HKV=8", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_fwd", "cutedsl", "b200", "D=96", BLACKWELL | {"tcgen05_commit", "tmem_alloc"}),
     ("attn_fwd_causal", "cutedsl", "b200", "HKV=8,S=1000", BLACKWELL | {"tcgen05_commit", "tmem_alloc"}),
+    # Blackwell attention backward in cuda_ptx: never run (tasks/attn_bwd/NOTES_cuda_ptx_blackwell.md); it builds.
+    ("attn_bwd", "cuda_ptx", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
+    ("attn_bwd_causal", "cuda_ptx", "b200", "D=96,S=1000,HKV=8", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
 ]
 
 
