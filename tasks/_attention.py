@@ -1,4 +1,4 @@
-"""Shared by the four attention tasks: contract, reference math, inputs and cuDNN baselines.
+"""Shared by the four attention tasks: contract, reference math, inputs, cuDNN baselines and the FA4 peer.
 
 Variants are parameters, not copies: head dim D (64, 96, 128) and GQA (H query heads sharing HKV key/value
 heads, H a multiple of HKV) are sizes of the same task; causal is the one switch between task folders.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from xlang.task import Contract, SolutionVariant, Task, TensorArg
+from xlang.task import Contract, Peer, SolutionVariant, Task, TensorArg
 
 HEAD_DIMS = (64, 96, 128)
 DEFAULT_SHAPE = {"B": 4, "H": 48, "HKV": 48, "S": 4096, "D": 128}
@@ -298,6 +298,42 @@ def backward_baseline(inputs, causal):
     return lambda: torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The peer: FlashAttention 4 (the flash-attn-4 wheel, CuTe DSL), called as a library. Its layout is
+# (B, S, H, D); ours is (B, H, S, D) contiguous, so it gets transposed views of the judge's buffers (no copy: its
+# kernels read them through strides, as they allow any aligned stride but the last). Like the vendor's, its
+# setup runs once per buffer set, untimed (xlang.profiler.runner caches the call).
+
+
+def _fa4(q, k, v, causal):
+    from flash_attn.cute import flash_attn_func
+
+    out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+    return out[0] if isinstance(out, tuple) else out  # (out, lse) in some releases
+
+
+def fa4_forward(inputs, causal):
+    q, k, v = inputs["Q"], inputs["K"], inputs["V"]
+    return lambda: _fa4(q, k, v, causal)
+
+
+def fa4_backward(inputs, causal):
+    """FA4's backward kernels only, as backward_baseline times cuDNN's: the forward runs once here, untimed, and
+    each call is torch autograd into FA4's backward (its preprocess, main and postprocess kernels)."""
+    import torch
+
+    q, k, v = (inputs[n].detach().requires_grad_() for n in ("Q", "K", "V"))
+    out = _fa4(q, k, v, causal)
+    dO = inputs["dO"].transpose(1, 2)
+    return lambda: torch.autograd.grad(out, (q, k, v), dO, retain_graph=True)
+
+
+def fa4_peer(backward: bool, causal: bool) -> Peer:
+    return Peer(name="fa4", display="FA4", distributions=("flash-attn-4",), modules=("flash_attn.cute",),
+                call=(lambda inputs, shape: fa4_backward(inputs, causal)) if backward
+                else (lambda inputs, shape: fa4_forward(inputs, causal)))
+
+
 def make_task(name: str, backward: bool, causal: bool) -> Task:
     kind = "backward" if backward else "forward"
     return Task(
@@ -316,6 +352,7 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         baseline=(lambda inputs, shape: backward_baseline(inputs, causal)) if backward
         else (lambda inputs, shape: forward_baseline(inputs, causal)),
         baseline_name=f"cuDNN SDPA {kind} (torch CUDNN_ATTENTION)",
+        peers=(fa4_peer(backward, causal),),
         shown_reference=((backward_reference if backward else forward_reference), _scores, _chunks),
         reference_call=(f"outputs = backward_reference(dO, Q, K, V, shape, causal={causal})  # -> dQ, dK, dV"
                         if backward else f"outputs = forward_reference(Q, K, V, shape, causal={causal})  # -> O, LSE"),

@@ -39,14 +39,16 @@ def _spaced(text: str) -> str:
 
 @app.command("tasks")
 def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the tasks as JSON")):
-    """List the tasks: contract, default shape, tolerance, baseline."""
+    """List the tasks: contract, default shape, tolerance, baseline, peers."""
     from xlang.task import all_tasks, format_shape
     from xlang.terminal import keep_words, make_console
 
     rows = [{"task": t.name, "what": t.title,
              "entry_point": t.contract.python_signature().removeprefix("def ").removesuffix(" -> None"),
              "default_shape": dict(t.default_shape), "atol": t.tolerance["atol"], "rtol": t.tolerance["rtol"],
-             "baseline": t.baseline_name} for t in all_tasks()]
+             "baseline": t.baseline_name,
+             "peers": [{"name": p.name, "display": p.display, "packages": list(p.distributions),
+                        "installed": p.missing() is None} for p in t.peers]} for t in all_tasks()]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -65,6 +67,14 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
     for r in rows:
         entries.add_row(r["task"], r["entry_point"])
     console.print(keep_words(entries, console))
+    peers = Table(title="peers (public kernels timed beside the vendor, when installed)")
+    for col in ("task", "peer", "packages", "here"):
+        peers.add_column(col, no_wrap=col == "task")
+    for r in rows:
+        for p in r["peers"]:
+            peers.add_row(r["task"], p["display"], ", ".join(p["packages"]),
+                          "installed" if p["installed"] else "not installed")
+    console.print(keep_words(peers, console))
 
 
 @app.command("langs")

@@ -380,7 +380,8 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
                       box=box.SIMPLE_HEAD, show_edge=False)
         for i in part:
             col = display.columns[i]
-            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col else "left", no_wrap=i < 3)
+            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col or col in tables.SPEED_COLUMNS
+                             else "left", no_wrap=i < 3)
         for k, row in enumerate(rows):
             if k and row[0] != rows[k - 1][0]:
                 table.add_section()

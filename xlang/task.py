@@ -1,8 +1,9 @@
 """What a task is, and the task registry (tasks/<name>/__init__.py each define TASK).
 
 A task owns: the PyTorch reference (computed in fp32), a seeded random input generator, output dtypes,
-tolerance, FLOP count, the vendor baseline, its shapes, and the candidate contract: the one entry point
-every language exposes, destination-passing (the harness allocates the outputs).
+tolerance, FLOP count, the vendor baseline, its peers (public kernels timed beside the vendor), its shapes, and
+the candidate contract: the one entry point every language exposes, destination-passing (the harness allocates
+the outputs).
 
 Nothing here imports torch: a task's functions import it when called.
 """
@@ -10,9 +11,12 @@ Nothing here imports torch: a task's functions import it when called.
 from __future__ import annotations
 
 import functools
+import importlib.machinery
+import importlib.util
 import inspect
 import random
 import re
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +107,44 @@ def set_constants(text: str, constants: dict[str, str], where: str) -> str:
 
 
 @dataclass(frozen=True)
+class Peer:
+    """A public kernel timed beside the vendor baseline, the same way (a second baseline): a pip package used as
+    a library, never copied. `call` imports it only when called, like `baseline` imports torch."""
+
+    name: str  # short key: the runner's hello names it, records carry it (e.g. "fa4")
+    display: str  # what tables and `xlang eval` show (e.g. "FA4")
+    distributions: tuple[str, ...]  # the pip distributions it needs, named in the "not installed" reason
+    modules: tuple[str, ...]  # the import names it needs (e.g. "flash_attn.cute")
+    call: Callable[..., Callable[[], None]]  # (inputs, shape) -> a call that runs the peer's kernel
+
+    def missing(self) -> str | None:
+        """Why this peer cannot run in this Python ("flash-attn-4 (flash_attn.cute) not installed"), or None.
+        Cheap: it finds the modules without importing them (no torch, no package code)."""
+        if all(_module_found(m) for m in self.modules):
+            return None
+        return f"{', '.join(self.distributions)} ({', '.join(self.modules)}) not installed"
+
+    def load(self) -> None:
+        """Import its modules now (the runner's load step), so that a broken install fails before any call."""
+        import importlib
+
+        for m in self.modules:
+            importlib.import_module(m)
+
+
+def _module_found(name: str) -> bool:
+    """Whether `name` (dotted) can be imported, found on the path without running any package's __init__."""
+    top, *rest = name.split(".")
+    spec = getattr(sys.modules[top], "__spec__", None) if top in sys.modules else importlib.util.find_spec(top)
+    for part in rest:
+        locations = getattr(spec, "submodule_search_locations", None) if spec is not None else None
+        if not locations:
+            return False
+        spec = importlib.machinery.PathFinder.find_spec(part, list(locations))
+    return spec is not None
+
+
+@dataclass(frozen=True)
 class Task:
     name: str
     title: str
@@ -132,6 +174,14 @@ class Task:
     # share of the candidate's math, and its FLOPs against the task's (xlang.profiler.ncu.work_check).
     min_tc_share: float = 0.5
     tc_flops_ratio: tuple[float, float] = (0.5, 2.0)
+    # Public kernels timed beside the vendor baseline when their packages are installed (xlang.profiler.judge).
+    peers: tuple[Peer, ...] = ()
+
+    def peer(self, name: str) -> Peer:
+        for p in self.peers:
+            if p.name == name:
+                return p
+        raise XlangError(f"task {self.name} has no peer '{name}' (its peers: {', '.join(p.name for p in self.peers) or 'none'})")
 
     def shape(self, overrides: dict[str, int] | None = None) -> dict[str, int]:
         shape = dict(self.default_shape)

@@ -53,7 +53,9 @@ class Verdict:
     correctness: dict | None = None  # trials, shapes checked, first failures (output, where, by how much)
     memcheck: dict | None = None  # ran, error count, summary
     executed: dict | None = None  # ncu: per family and per kernel, threads that executed (predicated on)
-    timing: dict | None = None  # candidate and baseline median/spread (ms), speedup, TFLOP/s, roofline flag
+    # candidate and baseline median/spread (ms), speedup, TFLOP/s, roofline flag; "peers" (each peer: ran, ms,
+    # TFLOP/s, speedup_vs_peer, or why it did not run) and "best_peer" (the fastest that ran) since peers exist
+    timing: dict | None = None
     fingerprint: dict = field(default_factory=dict)  # GPU, clocks, driver, CUDA, versions, seeds, harness
     runtime_ran: bool = False
     runtime_note: str = ""  # e.g. "not run (no sm_100a device)"
@@ -90,6 +92,7 @@ def scores(verdict: dict | None) -> dict:
       executed_ok          the required families executed at run time (None: not measured)
       correct_with_target  correct AND census_ok AND executed_ok is True (never for a static-only verdict)
       speedup              over the vendor baseline, when correct (else None)
+      peer_speedup         over the fastest peer that ran (timing["best_peer"]), when correct (else None)
       runtime_ran          the runtime stages ran
 
     A field the verdict carries as a bool (compiled, census_ok, correct, executed_ok) is read as it is; one that is
@@ -132,6 +135,7 @@ def scores(verdict: dict | None) -> dict:
         executed_ok = None
 
     speedup = (v.get("timing") or {}).get("speedup") if correct else None
+    peer_speedup = ((v.get("timing") or {}).get("best_peer") or {}).get("speedup") if correct else None
     return {
         "compiled": compiled,
         "census_ok": census_ok,
@@ -139,5 +143,20 @@ def scores(verdict: dict | None) -> dict:
         "executed_ok": executed_ok,
         "correct_with_target": bool(correct and census_ok is True and executed_ok is True),
         "speedup": speedup,
+        "peer_speedup": peer_speedup,
         "runtime_ran": bool(v.get("runtime_ran")),
     }
+
+
+def peer_note(verdict: dict | None) -> str:
+    """Why a timed verdict has no peer speedup, as a "not run (...)" note ("" when a peer ran, or when nothing was
+    timed): each peer's reason, or that the verdict was stored before peers were timed (no "peers" key)."""
+    timing = (verdict or {}).get("timing") or {}
+    if not timing.get("speedup") or timing.get("best_peer"):
+        return ""
+    if "peers" not in timing:
+        return "not run (no peer timed: a verdict from before peers)"
+    if not timing["peers"]:
+        return "not run (the task names no peer)"
+    return "not run (" + "; ".join(f"{p.get('display') or p.get('name')}: {p.get('reason') or 'failed'}"
+                                   for p in timing["peers"]) + ")"

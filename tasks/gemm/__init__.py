@@ -1,6 +1,6 @@
 """gemm: bf16 C = A · Bᵀ with fp32 accumulation (A [M,K], B [N,K], C [M,N], all row-major)."""
 
-from xlang.task import Contract, Task, TensorArg
+from xlang.task import Contract, Peer, Task, TensorArg
 
 
 def reference(inputs, shape):
@@ -53,6 +53,19 @@ def baseline(inputs, shape):
     A, B = inputs["A"], inputs["B"]
     C = torch.empty(shape["M"], shape["N"], dtype=torch.bfloat16, device=A.device)
     return lambda: torch.matmul(A, B.t(), out=C)
+
+
+def quack_gemm(inputs, shape):
+    """The peer: quack's GEMM (the quack-kernels wheel, CuTe DSL), called as a library, writing into a preallocated
+    C as cuBLAS does. quack takes B as (K, N): ours is (N, K) row-major, so it gets B's transposed view (no copy).
+    tuned=False: its heuristic config. Autotuning compiles every config in worker processes on the first call,
+    minutes of JIT inside the judge's per-call limit, in a jail; not measured here."""
+    import torch
+    from quack.gemm_interface import gemm
+
+    A, B = inputs["A"], inputs["B"]
+    C = torch.empty(shape["M"], shape["N"], dtype=torch.bfloat16, device=A.device)
+    return lambda: gemm(A, B.t(), out=C, tuned=False)
 
 
 def check_shape(shape):
@@ -123,6 +136,8 @@ TASK = Task(
     reference=reference,
     baseline=baseline,
     baseline_name="cuBLAS (torch.matmul)",
+    peers=(Peer(name="quack", display="quack GEMM", distributions=("quack-kernels",), modules=("quack.gemm_interface",),
+                call=quack_gemm),),
     draw_shape=draw_shape,
     check_shape=check_shape,
     input_kinds=INPUT_KINDS,

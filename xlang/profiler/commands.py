@@ -33,6 +33,8 @@ def eval_command(
     no_memcheck: bool = typer.Option(False, "--no-memcheck", help="skip compute-sanitizer memcheck"),
     no_ncu: bool = typer.Option(False, "--no-ncu", help="skip Nsight Compute (instructions not verified)"),
     no_timing: bool = typer.Option(False, "--no-timing", help="skip timing"),
+    no_peers: bool = typer.Option(False, "--no-peers", help="time only the vendor baseline, not the task's peers "
+                                                            "(FA4, quack: public kernels, when installed)"),
     trials: int = typer.Option(2, help="correctness trials per shape (fresh inputs each; the value kinds cycle)"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: random, recorded in the verdict)"),
     timeout: float = typer.Option(300.0, help="wall-clock limit of each worker stage, seconds"),
@@ -66,7 +68,8 @@ def eval_command(
         candidate = solution.text
     shape_obj = task_obj.shape(parse_shape(shape))
     required = parse_required(arch_obj, require, task_obj.required_for(arch_obj))
-    options = EvalOptions(memcheck=not no_memcheck, ncu=not no_ncu, timing=not no_timing, trials=trials, seed=seed,
+    options = EvalOptions(memcheck=not no_memcheck, ncu=not no_ncu, timing=not no_timing, peers=not no_peers,
+                          trials=trials, seed=seed,
                           require=required, check_timeout_s=timeout, memcheck_timeout_s=timeout,
                           ncu_timeout_s=timeout, workdir=workdir, fixed=tuple(parse_shape(shape)), label=f"{task}-{lang}-expert" if expert else file.stem)
     v = evaluate(candidate, lang, task_obj, arch_obj, shape_obj, options)
@@ -106,16 +109,19 @@ def print_verdict(v) -> None:
                             f"{','.join(f'{a}={b}' for a, b in t['shape'].items())})")
         for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s"):
             table.add_column(col, justify="right")
-        for label, key, tf in (("candidate", "candidate", t.get("tflops")),
-                               (t.get("baseline_name", "baseline"), "baseline", t.get("baseline_tflops"))):
-            s = t[key]
+        timed = [("candidate", t["candidate"], t.get("tflops")),
+                 (t.get("baseline_name", "baseline"), t["baseline"], t.get("baseline_tflops"))]
+        timed += [(p["display"], p["stats"], p.get("tflops")) for p in t.get("peers") or [] if p.get("ran")]
+        for label, s, tf in timed:
             table.add_row(label, f"{s['median_ms']:.4f}", f"{s['q20_ms']:.4f}-{s['q80_ms']:.4f}", f"{s['spread_pct']:.2f}",
                           str(s["reps"]), f"{tf:.1f}" if tf else "-")
         console.print(table)
         flag = "  [red]beyond roofline (suspicious)[/red]" if t.get("beyond_roofline") else ""
         if t.get("method") != "cupti_kernel_span":
             flag += f"  [yellow]timed by {t.get('method')} (no CUPTI observer here)[/yellow]"
-        console.print(f"speedup {t['speedup']:.3f}x vs {t.get('baseline_name')}{flag}")
+        console.print(f"speedup {speedups_line(t)}{flag}", highlight=False)
+        for line in peers_not_run(t):
+            console.print(f"[yellow]{line}[/yellow]", highlight=False)
     m = v.memcheck or {}
     if m:
         console.print(f"memcheck: {m.get('summary') or ('clean' if m.get('ran') and not m.get('errors') else m.get('note', ''))}",
@@ -130,3 +136,20 @@ def print_verdict(v) -> None:
                                                          ("triton", "triton")) if fp.get(key))
     parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]
     console.print("[dim]" + " · ".join(p for p in parts if p) + "[/dim]")
+
+
+def speedups_line(t: dict) -> str:
+    """'0.952x vendor (cuBLAS ...) · 1.020x quack GEMM': the speedup over the vendor and over each peer that ran."""
+    parts = [f"{t['speedup']:.3f}x vendor ({t.get('baseline_name')})"]
+    best = (t.get("best_peer") or {}).get("name")
+    for p in t.get("peers") or []:
+        if p.get("ran") and p.get("speedup_vs_peer"):
+            parts.append(f"{p['speedup_vs_peer']:.3f}x {p['display']}" + (" (best peer)" if p["name"] == best else ""))
+    return " · ".join(parts)
+
+
+def peers_not_run(t: dict) -> list[str]:
+    """One line per peer that did not run, with why; one line when the verdict predates peers."""
+    if "peers" not in t:
+        return ["peers: not run (a verdict from before peers)"]
+    return [f"x {p.get('display', p['name'])}: not run ({p.get('reason', '')})" for p in t["peers"] if not p.get("ran")]

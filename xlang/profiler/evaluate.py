@@ -11,7 +11,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
   check     the judge (xlang.profiler.judge, a trusted process) runs the candidate in its jail on shared
             buffers: correctness on shapes drawn for this evaluation with several value kinds; every kernel of
             the candidate's process seen by the CUPTI observer (forbidden_call for vendor kernels or kernels
-            from modules the candidate did not build); then timing against the vendor baseline
+            from modules the candidate did not build); then timing against the vendor baseline and the task's
+            peers (public kernels, when installed; one that cannot run is recorded with why, never a failure)
             (runtime_error, timeout, incorrect, memory_error, forbidden_call)
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
@@ -83,7 +84,11 @@ class EvalOptions:
     check_timeout_s: float = 300.0
     memcheck_timeout_s: float = 300.0
     ncu_timeout_s: float = 300.0
-    timing_budget_s: float = 0.6  # GPU time per timed function (candidate, baseline)
+    timing_budget_s: float = 0.6  # GPU time per timed function (candidate, baseline, each peer)
+    # The task's peers (public kernels, Task.peers) timed after the vendor when installed; each within its own
+    # budget (its process's start, its package's import and JIT, its calls), which the check stage's limit adds.
+    peers: bool = True
+    peer_timeout_s: float = 180.0
     overlap: bool = True  # memcheck and ncu beside the correctness trials (timing waits for them)
     # Timed inputs: a fresh secret seed per evaluation (a published one lets a candidate precompute the timed
     # outputs at import time); an int here only for experiments.
@@ -437,7 +442,7 @@ NCU_ATTEMPTS = ("kernel", "application")  # every kernel of the runner process
 
 
 _OPTION_ALIASES = {"no_memcheck": ("memcheck", lambda v: not v), "no_ncu": ("ncu", lambda v: not v),
-                   "no_timing": ("timing", lambda v: not v)}
+                   "no_timing": ("timing", lambda v: not v), "no_peers": ("peers", lambda v: not v)}
 
 
 def coerce_options(options) -> EvalOptions:
@@ -460,6 +465,26 @@ def coerce_options(options) -> EvalOptions:
                 value = tuple(value)
             setattr(opts, key, value)
     return opts
+
+
+def peer_specs(task, options: EvalOptions) -> list[dict]:
+    """What the judge is told of the task's peers: name, display, and `skip` (why no process is to be started for
+    it) where its package is not installed in this Python (found without importing it: well under a second) or
+    peers are off. The judge's own runner still decides for the others (its load fails if the import does)."""
+    out = []
+    for peer in task.peers:
+        skip = "skipped (--no-peers)" if not options.peers else peer.missing()
+        out.append({"name": peer.name, "display": peer.display, **({"skip": skip} if skip else {})})
+    return out
+
+
+PEER_CLOSE_S = 30.0  # a peer's process is given this long to leave after its budget (Runner.close)
+
+
+def check_limit(options: EvalOptions, peers: list[dict]) -> float:
+    """The check stage's limit: its own, plus each peer's budget for the peers it is to start."""
+    running = sum(1 for p in peers if not p.get("skip"))
+    return options.check_timeout_s + running * (options.peer_timeout_s + PEER_CLOSE_S)
 
 
 def _coerce(task, arch):
@@ -595,12 +620,15 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "build_opcodes": _build_opcodes(build),
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
-        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed},
+        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed,
+                   "peer_budget_s": options.peer_timeout_s},
+        "peers": peer_specs(task, options) if options.timing else [],
         "call_timeout_s": options.check_timeout_s,
     }
+    check_limit_s = check_limit(options, spec["peers"])
     side_by_side = options.overlap and (options.memcheck or options.ncu)
     if side_by_side and options.timing:
-        gate = TimingGate(workdir, options.check_timeout_s)
+        gate = TimingGate(workdir, check_limit_s)
         longest = options.memcheck_timeout_s + len(NCU_ATTEMPTS) * options.ncu_timeout_s
         spec["timing"].update(gate=str(gate.path), gate_waiting=str(gate.waiting), gate_max_wait_s=longest + 60)
     held.append(gpu_mod.Exclusive(gpu).acquire())
@@ -616,7 +644,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     def run_check():
         t0 = time.monotonic()
         try:
-            check_box["run"] = run_stage({**spec, "mode": "check"}, workdir, "check", options.check_timeout_s,
+            check_box["run"] = run_stage({**spec, "mode": "check"}, workdir, "check", check_limit_s,
                                          env=_stage_env(options, gpu), cancel=check_cancel,
                                          deadline=gate.deadline if gate else None)
         finally:
@@ -646,7 +674,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     # Timing waits at the gate until memcheck and ncu have left the GPU; a failed check stops them. A failure
     # already known skips the timing; the ncu report's reading can still fail the candidate after it.
     while side and not off_the_gpu():
-        if check_done.is_set() and judge_stage("check", check_box["run"], options.check_timeout_s):
+        if check_done.is_set() and judge_stage("check", check_box["run"], check_limit_s):
             break
         time.sleep(0.02)
     if gate is not None and side and off_the_gpu():
@@ -661,7 +689,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         if (verdict.timing or {}).get("clocks"):
             verdict.fingerprint["gpu"] = {**verdict.fingerprint["gpu"], **verdict.timing["clocks"],
                                           "clocks_sampled": "after the timed repetitions"}
-    judged = judge_stage("check", check, options.check_timeout_s)
+    judged = judge_stage("check", check, check_limit_s)
     verdict.correct = bool(verdict.correctness and verdict.correctness.get("passed")) and \
         (judged is None or judged[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL))
     if judged:
@@ -725,4 +753,7 @@ def _ok_detail(verdict: V.Verdict, required) -> str:
     if t.get("speedup"):
         parts.append(f"{t['speedup']:.3f}x {t['baseline_name']} ({t['tflops']:.0f} vs {t['baseline_tflops']:.0f} TFLOP/s)"
                      + (" [BEYOND ROOFLINE: suspicious]" if t.get("beyond_roofline") else ""))
+    best = t.get("best_peer")
+    if best and best.get("speedup"):
+        parts.append(f"{best['speedup']:.3f}x {best['display']} (the fastest peer)")
     return "; ".join(parts)

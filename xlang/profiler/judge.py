@@ -13,7 +13,8 @@ with it, tells it when to call its entry point, and decides from what it reads i
             observer recorded them (every stream and thread; the candidate's Python cannot switch it off),
             and a secret random subset of timed calls, the last one included, is verified afterwards. Then the
             candidate's process tree is killed and the vendor baseline is timed the same way, in a process of
-            its own, with no candidate process alive (NVML lists the GPU's processes to prove it).
+            its own, with no candidate process alive (NVML lists the GPU's processes to prove it), and after it
+            each of the task's peers that is installed (time_peers), the same way, one process each.
   memcheck  the runner under compute-sanitizer memcheck (its log goes to the judge's folder), one trial on
             each memcheck shape.
   ncu       the runner under Nsight Compute, one call on the timed shape; every kernel of that process.
@@ -659,9 +660,21 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
             "worst": worst}
 
 
-def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: str, verify_n: int | None = None) -> dict:
+def _call_timeout(ctx, deadline: float | None) -> float:
+    """The limit of the next call: the stage's per-call limit, or less where a deadline (a peer's budget) is near."""
+    if deadline is None:
+        return ctx["call_timeout_s"]
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise RunnerGone("its time budget was spent", timed_out=True)
+    return min(ctx["call_timeout_s"], left)
+
+
+def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: str, verify_n: int | None = None,
+               deadline: float | None = None) -> dict:
     """Fresh inputs every call, L2 flushed before it, GPU time from the observer; a secret subset verified
-    (verify_n = 0 for the vendor: its call writes into an output of its own, and it is our code)."""
+    (verify_n = 0 for the vendor and the peers: their calls write into outputs of their own, and they are not
+    the candidate). deadline (time.monotonic()): no call may end after it (a peer's budget)."""
     import torch
 
     task, timing = ctx["task"], ctx["spec"]["timing"]
@@ -678,7 +691,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         flush.zero_()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        call.run(runner, ctx["call_timeout_s"])
+        call.run(runner, _call_timeout(ctx, deadline))
         records = _flush(observer, prov)
         wall_ms = (time.perf_counter() - t0) * 1e3
         if check:
@@ -706,7 +719,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         # observer flush at the end (its kernels are still judged for provenance). Untimed, so a candidate
         # that tells these calls apart only spoils its own warm-up.
         for _ in range(warm):
-            call.run(runner, ctx["call_timeout_s"])
+            call.run(runner, _call_timeout(ctx, deadline))
         _flush(observer, prov)
         for k in range(reps):
             span, w, records = one(3 + k, check=k in verified)
@@ -806,6 +819,8 @@ def run_check(ctx, progress) -> dict:
         result["timed_call_kernels"] = cand.get("call_kernels")
         result["timed_first_call_kernels"] = cand.get("first_call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
+        # The peers last: what they do (or fail to do) cannot touch the candidate's or the vendor's figures.
+        result["timing"].update(time_peers(ctx, shape, cand["stats"]["median_ms"], progress))
         return result
     finally:
         for r in (runner, vendor_runner):
@@ -855,6 +870,77 @@ def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
         "gpu_processes_during_candidate": len(extra) if others is not None else None,
         "vendor_alone": alone,
     }
+
+
+# ---- peers: public kernels timed beside the vendor ------------------------------------------------------------
+
+def time_peers(ctx, shape: dict, candidate_ms: float, progress) -> dict:
+    """Each peer of spec["peers"] (evaluate.peer_specs: name, display, and why it is skipped, if it is) timed as the
+    vendor was: its own process, no candidate process alive, the same shape and method. A peer that cannot run
+    is recorded with the reason; it never changes the candidate's verdict. -> {"peers": [...], "best_peer": ...}"""
+    records = []
+    for peer in ctx["spec"].get("peers") or []:
+        if peer.get("skip"):  # not installed here, or peers turned off: no process is started
+            records.append(peer_not_run(peer, peer["skip"]))
+        else:
+            records.append(_time_peer(ctx, peer, shape, candidate_ms, progress))
+    return {"peers": records, "best_peer": best_peer(records)}
+
+
+def _time_peer(ctx, peer: dict, shape: dict, candidate_ms: float, progress) -> dict:
+    spec, task = ctx["spec"], ctx["task"]
+    deadline = time.monotonic() + float(spec["timing"].get("peer_budget_s", 180))
+    observer = _observer(spec)
+    runner = None
+    try:
+        runner = Runner(spec, f"peer-{peer['name']}", None, observer=observer)
+        runner.load_timeout_s = max(1.0, min(runner.load_timeout_s, deadline - time.monotonic()))
+        alone = _wait_alone(progress, spec.get("gpu_index") or 0)
+        progress(f"peer {peer['name']}: load")
+        runner.start({"op": "peer", "task": task.name, "peer": peer["name"], "device": "cuda"})
+        timed = time_calls(ctx, runner, observer, None, shape, progress, f"peer {peer['name']}", verify_n=0,
+                           deadline=deadline)
+    except CandidateError as e:  # the runner's load reply: its package is missing or broken there
+        return peer_not_run(peer, "could not load: " + _last_line(str(e)))
+    except (Outcome, RunnerGone) as e:
+        return peer_not_run(peer, "failed: " + _last_line(str(e)))
+    except Exception as e:  # noqa: BLE001 - a peer's trouble (or ours starting it) is recorded, never the verdict
+        return peer_not_run(peer, f"failed: {type(e).__name__}: {_last_line(str(e))}")
+    finally:
+        if runner is not None:
+            runner.close()  # its observer with it
+        elif observer is not None:
+            observer.close()
+    return peer_record(task, shape, peer, timed, candidate_ms, alone)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return (lines[-1] if lines else "no detail")[:300]
+
+
+def peer_not_run(peer: dict, reason: str) -> dict:
+    return {"name": peer["name"], "display": peer.get("display", peer["name"]), "ran": False, "reason": reason}
+
+
+def peer_record(task, shape: dict, peer: dict, timed: dict, candidate_ms: float, alone: dict | None = None) -> dict:
+    """A peer that ran: its median, TFLOP/s, and the candidate's speedup against it (peer ms / candidate ms)."""
+    ms = timed["stats"]["median_ms"]
+    flops = task.flops(shape)
+    return {"name": peer["name"], "display": peer.get("display", peer["name"]), "ran": True, "ms": ms,
+            "tflops": flops / (ms * 1e-3) / 1e12 if ms > 0 else None,
+            "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
+            "method": timed["method"], "stats": timed["stats"], "wall_stats": timed.get("wall_stats"),
+            "alone": alone}
+
+
+def best_peer(records: list[dict]) -> dict | None:
+    """The fastest peer that ran (name, display, ms, and the candidate's speedup against it), or None."""
+    ran = [r for r in records if r.get("ran") and r.get("ms")]
+    if not ran:
+        return None
+    best = min(ran, key=lambda r: r["ms"])
+    return {"name": best["name"], "display": best["display"], "ms": best["ms"], "speedup": best["speedup_vs_peer"]}
 
 
 def run_tool_stage(ctx, progress) -> dict:

@@ -1,14 +1,15 @@
 """The candidate's side of an evaluation: `python -m xlang.profiler.runner FD DEVICE`, started by the judge in a
 jail (with DEVICE cuda it imports torch at once, touching no GPU until the hello).
 
-It loads the candidate (or, for the vendor baseline, the task's baseline: the same protocol, so both are
-observed and timed the same way), maps the buffers the judge shares, and calls the entry point when told.
+It loads the candidate (or, for the vendor baseline and the task's peers, their calls: the same protocol, so all
+are observed and timed the same way), maps the buffers the judge shares, and calls the entry point when told.
 Nothing here is trusted: the judge decides every verdict from what it reads itself (outputs, its own
 clocks, the CUPTI observer's records, the tools' reports); this process only says "done" or why not, and
 that text is used as feedback, never as evidence.
 
 Protocol: one JSON message per SOCK_SEQPACKET datagram (file descriptors ride along with `map`):
   judge -> runner  {"op": "hello", "device": "cuda"|"cpu", "lang": L, "load": PATH} | {"op": "vendor", "task": T}
+                   | {"op": "peer", "task": T, "peer": NAME}
                    {"op": "map", "set": ID, "buffers": [BufferMeta...]} + one fd per buffer
                    {"op": "call", "set": ID, "sizes": [...], "nvtx": NAME?}    {"op": "unmap", "set": ID}    {"op": "exit"}
   runner -> judge  {"op": "ready"} | {"op": "mapped"} | {"op": "done"} | {"op": "error", "detail": TEXT}
@@ -56,11 +57,9 @@ def _load_candidate(hello: dict):
     return get_backend(hello["lang"]).load_entry(build), {hello["load"], os.path.realpath(hello["load"])}
 
 
-def _vendor_entry(task_name: str):
-    """The task's vendor baseline as an entry point over the judge's buffers (inputs first, outputs after)."""
-    from xlang.task import get_task
-
-    task = get_task(task_name)
+def _baseline_entry(task, make_call):
+    """A baseline (the vendor's, or a peer's) as an entry point over the judge's buffers (inputs first, outputs
+    after): make_call(inputs, shape) -> a call, made once per buffer set (its setup is not timed)."""
     names = [t.name for t in task.contract.tensors]
     n_in = len(task.contract.inputs)
     cache: dict = {}
@@ -69,12 +68,38 @@ def _vendor_entry(task_name: str):
         tensors = dict(zip(names, args[: len(names)]))
         shape = dict(zip(task.contract.sizes, args[len(names):]))
         key = tuple(t.data_ptr() for t in args[: len(names)])
-        if key not in cache:  # the baseline's own call object for these buffers (its setup is not timed)
+        if key not in cache:
             cache.clear()
-            cache[key] = task.baseline({k: tensors[k] for k in names[:n_in]}, shape)
+            cache[key] = make_call({k: tensors[k] for k in names[:n_in]}, shape)
         cache[key]()
 
     return entry
+
+
+def _vendor_entry(task_name: str):
+    from xlang.task import get_task
+
+    task = get_task(task_name)
+    return _baseline_entry(task, task.baseline)
+
+
+def _peer_entry(task_name: str, peer_name: str):
+    """A peer of the task; its package is imported now, so a missing or broken install is a load error."""
+    from xlang.task import get_task
+
+    task = get_task(task_name)
+    peer = task.peer(peer_name)
+    peer.load()
+    return _baseline_entry(task, peer.call)
+
+
+def _load(hello: dict):
+    """(entry, the candidate's files for tracebacks) for any hello: the candidate, the vendor or a peer."""
+    if hello["op"] == "vendor":
+        return _vendor_entry(hello["task"]), set()
+    if hello["op"] == "peer":
+        return _peer_entry(hello["task"], hello["peer"]), set()
+    return _load_candidate(hello)
 
 
 def serve(sock: socket.socket) -> None:
@@ -91,12 +116,10 @@ def serve(sock: socket.socket) -> None:
         torch.empty(1, device="cuda")  # the primary context, current on this thread, before any mapping
     files: set = set()
     try:
-        if hello["op"] == "vendor":
-            entry = _vendor_entry(hello["task"])
-        else:
-            entry, files = _load_candidate(hello)
-    except BaseException as e:  # noqa: BLE001 - the candidate's import failed: tell the judge why
-        send(sock, {"op": "error", "detail": "loading the candidate failed:\n" + candidate_trace(e, files)})
+        entry, files = _load(hello)
+    except BaseException as e:  # noqa: BLE001 - the candidate's (or a peer's) import failed: tell the judge why
+        what = {"vendor": "the vendor baseline", "peer": f"the peer {hello.get('peer')}"}.get(hello["op"], "the candidate")
+        send(sock, {"op": "error", "detail": f"loading {what} failed:\n" + candidate_trace(e, files)})
         return
     send(sock, {"op": "ready"})
     sets: dict = {}

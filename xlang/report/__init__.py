@@ -62,7 +62,9 @@ DEFINITIONS = (
     "says); <b>correct with target instr.</b>: and the architecture's required instruction families are in its "
     "SASS and executed at run time; <b>best speedup (correct with target)</b>: over the vendor baseline timed the "
     "same way, the best candidate correct with the target instructions; <b>best speedup (all correct)</b>: the "
-    "best of all correct candidates. <b>compiled</b> and <b>target instr. in SASS</b> need no GPU. A rate shows "
+    "best of all correct candidates; <b>best× peer (target)</b>: the same candidates against the task's fastest "
+    "peer that ran (a public kernel, FA4 for attention, quack for GEMM, timed the same way when installed; "
+    "\"not run\" with the reason where none ran). <b>compiled</b> and <b>target instr. in SASS</b> need no GPU. A rate shows "
     "k/n (n: samples whose runtime ran) and, where n &gt; 1, a 95% Wilson interval; a speedup shows how many "
     "samples had a qualifying candidate and, where n &gt; 1, a 95% percentile-bootstrap interval of the best "
     "over the samples (2000 resamples; a sample with none counts 0).")
@@ -104,7 +106,7 @@ def _cell_class(column: str, text: str) -> str:
     if column in tables.RATE_COLUMNS and "%" in text:
         pct = float(text.split("%")[0])
         return "num " + ("good" if pct >= 75 else "mid" if pct > 0 else "bad")
-    if column in (tables.COL_SPEED, tables.COL_SPEED_ALL, "n") or column.endswith("speedup"):
+    if column in (*tables.SPEED_COLUMNS, "n") or column.endswith("speedup"):
         return "num"
     return ""
 
@@ -225,8 +227,9 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
         (plots.speedup_plot(t["cells"], archs, langs, tasks, out / "plots" / "best_speedup.png"),
          "Best speedup per task × language × architecture",
          "Best speedup over the vendor baseline (cuBLAS / cuDNN, timed the same way) among candidates correct with "
-         "the target instructions; whiskers: 95% bootstrap interval over the samples; dashed line: parity. Panels "
-         "without a device say why runtime was not run."),
+         "the target instructions; whiskers: 95% bootstrap interval over the samples; dashed line: parity; hollow "
+         "diamonds: the same candidates' best speedup over the task's fastest peer (FA4, quack), where one was "
+         "timed. Panels without a device say why runtime was not run."),
         (plots.turn_limit_plot(t["turn_limits"], archs, langs, out / "plots" / "turn_limit.png"),
          "Correct and correct-with-target rates against the turn limit",
          "Share of sample runs with a correct candidate (solid) and with one correct with the target instructions "

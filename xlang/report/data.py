@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from xlang.errors import XlangError
-from xlang.verdict import scores
+from xlang.verdict import peer_note, scores
 
 RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit", "docs", "prompt_variant",
                "context", "notes", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
-                "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "tflops",
+                "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "peer_speedup",
+                "peer_note", "tflops",
                 "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "detail"]
 # What a report can group by and filter on (run columns), with the names the command line also accepts.
 AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
@@ -136,6 +137,8 @@ def _turn_row(run: dict, turn: dict) -> dict:
         "correct": sc["correct"],
         "correct_with_arch": sc["correct_with_target"],
         "speedup": sc["speedup"],
+        "peer_speedup": sc["peer_speedup"],
+        "peer_note": peer_note(v) if sc["correct"] else "",  # why a timed, correct candidate has no peer speedup
         "tflops": timing.get("tflops") if sc["correct"] else None,
         "prompt_tokens": turn.get("prompt_tokens"), "completion_tokens": turn.get("completion_tokens"),
         "reasoning_tokens": turn.get("reasoning_tokens"), "total_tokens": turn.get("total_tokens"),
@@ -191,6 +194,7 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
         runs_df = runs_df.sort_values(["task", "arch", "lang", "model", "sample"], kind="stable").reset_index(drop=True)
     if not turns_df.empty:
         turns_df["speedup"] = pd.to_numeric(turns_df["speedup"], errors="coerce")
+        turns_df["peer_speedup"] = pd.to_numeric(turns_df["peer_speedup"], errors="coerce")
         for col in ("tflops", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd"):
             turns_df[col] = pd.to_numeric(turns_df[col], errors="coerce")
     return Dataset(runs_df, turns_df, opcodes, envs, source)

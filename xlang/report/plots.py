@@ -51,7 +51,8 @@ def _empty(path: Path, text: str) -> Path:
 
 def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks: list[str], path: Path) -> Path:
     """Best speedup over the vendor baseline (among candidates correct with the target instructions) per task ×
-    language, one panel per architecture and one row of panels per model."""
+    language, one panel per architecture and one row of panels per model; beside each bar, a marker at the best
+    speedup over the task's fastest peer (FA4, quack) where one was timed."""
     if not archs or not langs:
         return _empty(path, "no results in the store yet")
     plt = _plt()
@@ -61,6 +62,7 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
                              squeeze=False, sharey=True)
     width = 0.8 / max(1, len(langs))
     ymax = 1.2
+    any_peer = False
     for row, model in zip(axes, models):
         for ax, arch in zip(row, archs):
             sub = stats[(stats["arch"] == arch) & (stats["model"] == model)]
@@ -75,6 +77,7 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
                 continue
             for j, lang in enumerate(langs):
                 xs, ys, labels, errs = [], [], [], [[], []]
+                peer_xs, peer_ys = [], []
                 for i, task in enumerate(tasks):
                     hit = sub[(sub["task"] == task) & (sub["lang"] == lang)]
                     x = i - 0.4 + width * (j + 0.5)
@@ -93,19 +96,32 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
                     elif r["runtime_ran"]:
                         ax.text(x, 0.02, "none correct\nwith target", rotation=90, ha="center", va="bottom",
                                 fontsize=7, color="#999")
+                    if not r["missing"] and r.get("n_peer_speedup") and not math.isnan(r["best_peer_speedup"]):
+                        peer_xs.append(x)
+                        peer_ys.append(r["best_peer_speedup"])
                 bars = ax.bar(xs, ys, width * 0.92, color=_color(lang), label=lang, yerr=errs if xs else None,
                               error_kw={"lw": 0.8, "capsize": 2, "ecolor": "#444"})
                 ax.bar_label(bars, labels=labels, fontsize=7, padding=1)
-                ymax = max([ymax, *[y * 1.18 for y in ys]])
+                if peer_xs:  # × best peer, beside × vendor (the bar)
+                    ax.scatter(peer_xs, peer_ys, **PEER_MARKER)
+                    any_peer = True
+                ymax = max([ymax, *[y * 1.18 for y in ys + peer_ys]])
         row[0].set_ylabel("best speedup (×)")
     for ax in axes.flat:
         ax.set_ylim(0, ymax)
     handles = [plt.Rectangle((0, 0), 1, 1, color=_color(lang)) for lang in langs]
-    fig.legend(handles, langs, loc="upper center", ncol=len(langs), bbox_to_anchor=(0.5, 1.0))
+    names = list(langs)
+    if any_peer:
+        handles.append(plt.Line2D([], [], ls="", marker="D", markerfacecolor="none", markeredgecolor="#222"))
+        names.append("× best peer")
+    fig.legend(handles, names, loc="upper center", ncol=len(names), bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (0.6 + 3.0 * len(models))))
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+PEER_MARKER = {"marker": "D", "s": 16, "facecolors": "none", "edgecolors": "#222", "zorder": 3}
 
 
 def turn_limit_plot(table: pd.DataFrame, archs: list[str], langs: list[str], path: Path) -> Path:

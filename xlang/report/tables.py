@@ -9,6 +9,9 @@ turns:
                           required families in its SASS and executed at run time (scores' correct_with_target)
   best_speedup            the best vendor-baseline speedup among candidates correct with the target instructions
   best_speedup_correct    the best speedup among all correct candidates (its own column)
+  best_peer_speedup       the best speedup over the task's fastest peer that ran (a public kernel timed the same
+                          way, e.g. FA4, quack) among candidates correct with the target instructions; where none
+                          of those had a peer timed, peer_note says why ("not run (FA4: ... not installed)")
 and, always (no GPU needed): compile_rate, and static_rate (the required families present in the SASS).
 Rates are over the samples whose runtime was available (n_runtime); when none was (e.g. no B200 here), the
 runtime columns hold the reason, e.g. "not run (no sm_100a device)".
@@ -67,7 +70,8 @@ STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "ru
                 "n_runtime", "n_correct", "correctness_rate", "correctness_lo", "correctness_hi",
                 "n_correct_with_arch", "correct_with_arch_rate", "correct_with_arch_lo", "correct_with_arch_hi",
                 "best_speedup", "best_speedup_lo", "best_speedup_hi", "n_speedup",
-                "best_speedup_correct", "best_speedup_correct_lo", "best_speedup_correct_hi", "n_speedup_correct"]
+                "best_speedup_correct", "best_speedup_correct_lo", "best_speedup_correct_hi", "n_speedup_correct",
+                "best_peer_speedup", "best_peer_speedup_lo", "best_peer_speedup_hi", "n_peer_speedup", "peer_note"]
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -114,31 +118,40 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     if limit is not None:
         turns = turns[turns["turn"] <= limit]
     cols = ["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run", "best_speedup",
-            "best_speedup_correct", "turns", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd",
-            "runtime_note"]
+            "best_speedup_correct", "best_peer_speedup", "peer_note", "turns", "prompt_tokens", "completion_tokens",
+            "reasoning_tokens", "cost_usd", "runtime_note"]
     if turns.empty:
         agg = pd.DataFrame(columns=cols, index=pd.Index([], dtype=object, name="run_id"))
     else:
-        t = turns.assign(target_speedup=turns["speedup"].where(turns["correct_with_arch"].astype(bool)),
+        target = turns["correct_with_arch"].astype(bool)
+        t = turns.assign(target_speedup=turns["speedup"].where(target),
+                         target_peer_speedup=turns["peer_speedup"].where(target),
+                         target_peer_note=turns["peer_note"].where(target, ""),
                          not_run=turns["runtime_note"].str.startswith("not run"))
         agg = t.groupby("run_id").agg(
             compiled=("compiled", "any"), census_ok=("census_ok", "any"), correct=("correct", "any"),
             correct_with_arch=("correct_with_arch", "any"), runtime_ran=("runtime_ran", "any"),
             any_not_run=("not_run", "any"), best_speedup=("target_speedup", "max"),
-            best_speedup_correct=("speedup", "max"), turns=("turn", "count"),
+            best_speedup_correct=("speedup", "max"), best_peer_speedup=("target_peer_speedup", "max"),
+            peer_note=("target_peer_note", _first_text), turns=("turn", "count"),
             prompt_tokens=("prompt_tokens", _sum), completion_tokens=("completion_tokens", _sum),
             reasoning_tokens=("reasoning_tokens", _sum), cost_usd=("cost_usd", _sum),
-            runtime_note=("runtime_note", lambda s: next((x for x in s if x), "")))
+            runtime_note=("runtime_note", _first_text))
     out = runs[["run_id", *RUN_AXES, "sample"]].merge(agg, left_on="run_id", right_index=True, how="left")
     for col in ("compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run"):
         out[col] = out[col].astype("boolean").fillna(False).astype(bool)
     out["runtime_available"] = out["runtime_ran"] | ~out["any_not_run"]
     out["runtime_note"] = out["runtime_note"].fillna("")
+    out["peer_note"] = out["peer_note"].fillna("")
     out["turns"] = pd.to_numeric(out["turns"], errors="coerce").fillna(0).astype(int)
-    for col in ("best_speedup", "best_speedup_correct", "prompt_tokens", "completion_tokens", "reasoning_tokens",
-                "cost_usd"):
+    for col in ("best_speedup", "best_speedup_correct", "best_peer_speedup", "prompt_tokens", "completion_tokens",
+                "reasoning_tokens", "cost_usd"):
         out[col] = pd.to_numeric(out[col], errors="coerce")
     return out.reset_index(drop=True)
+
+
+def _first_text(s: pd.Series) -> str:
+    return next((x for x in s if isinstance(x, str) and x), "")
 
 
 def _best(values: pd.Series, n: int) -> tuple[float, float, float, int]:
@@ -157,6 +170,7 @@ def _group_stats(done: pd.DataFrame, group_runs: pd.DataFrame) -> dict:
     kc, kt = int(ran["correct"].sum()), int(ran["correct_with_arch"].sum())
     best, best_lo, best_hi, n_best = _best(ran["best_speedup"], nr)
     best_c, best_c_lo, best_c_hi, n_best_c = _best(ran["best_speedup_correct"], nr)
+    best_p, best_p_lo, best_p_hi, n_best_p = _best(ran["best_peer_speedup"], nr)
     return {
         "n": n,
         "missing": bool(len(group_runs)) and bool((group_runs["status"] == MISSING).all()),
@@ -173,6 +187,10 @@ def _group_stats(done: pd.DataFrame, group_runs: pd.DataFrame) -> dict:
         "best_speedup": best, "best_speedup_lo": best_lo, "best_speedup_hi": best_hi, "n_speedup": n_best,
         "best_speedup_correct": best_c, "best_speedup_correct_lo": best_c_lo, "best_speedup_correct_hi": best_c_hi,
         "n_speedup_correct": n_best_c,
+        "best_peer_speedup": best_p, "best_peer_speedup_lo": best_p_lo, "best_peer_speedup_hi": best_p_hi,
+        "n_peer_speedup": n_best_p,
+        # Why no peer speedup where candidates correct with target were timed (e.g. the peer is not installed).
+        "peer_note": "" if n_best_p else _first_text(ran["peer_note"]),
     }
 
 
@@ -242,6 +260,8 @@ COL_CORRECT = "correct"
 COL_TARGET = "correct with target instr."
 COL_SPEED = "best speedup (correct with target)"
 COL_SPEED_ALL = "best speedup (all correct)"
+COL_SPEED_PEER = "best× peer (target)"  # over the fastest peer that ran, among candidates correct with target
+SPEED_COLUMNS = (COL_SPEED, COL_SPEED_ALL, COL_SPEED_PEER)
 RATE_COLUMNS = ("compiled", COL_STATIC, COL_CORRECT, COL_TARGET)
 AXIS_LABELS = {"prompt_variant": "prompt variant", "turns_limit": "turn limit (run)", "turns": "turns",
                "gqa": "GQA group"}
@@ -270,6 +290,18 @@ def speed_text(best: float, n_with: int, n: int, lo: float = math.nan, hi: float
     return text
 
 
+def peer_text(r: dict) -> str:
+    """The peer column of a group whose runtime ran: the best speedup over the fastest peer, or, where candidates
+    correct with target were timed but no peer ran beside them, "not run (why)". Old records lack the fields."""
+    note = r.get("peer_note") or ""
+    n_with = r.get("n_peer_speedup") or 0
+    if not n_with and isinstance(note, str) and note:
+        return note
+    best = r.get("best_peer_speedup")
+    return speed_text(math.nan if best is None else best, n_with, r["n_runtime"],
+                      r.get("best_peer_speedup_lo", math.nan), r.get("best_peer_speedup_hi", math.nan))
+
+
 def format_scores(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """A score table as display strings (terminal, HTML, Markdown): the key columns, then n and the figures."""
     rows = []
@@ -277,10 +309,9 @@ def format_scores(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         row = {AXIS_LABELS.get(k, k): ("–" if r[k] in ("", None) else str(r[k])) for k in keys}
         n_text = str(r["n"]) + (f" (+{r['unfinished']} unfinished)" if r["unfinished"] else "")
         if r["missing"]:
-            row.update({"n": "0", "compiled": "missing", COL_STATIC: "missing", COL_CORRECT: "missing",
-                        COL_TARGET: "missing", COL_SPEED: "missing", COL_SPEED_ALL: "missing"})
+            row.update({"n": "0", **{c: "missing" for c in (*RATE_COLUMNS, *SPEED_COLUMNS)}})
         elif not r["n"]:
-            row.update({"n": n_text, **{c: "–" for c in (*RATE_COLUMNS, COL_SPEED, COL_SPEED_ALL)}})
+            row.update({"n": n_text, **{c: "–" for c in (*RATE_COLUMNS, *SPEED_COLUMNS)}})
         else:
             note = r["runtime_note"] or "not run"
             nr = r["n_runtime"]
@@ -297,9 +328,10 @@ def format_scores(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
                 COL_SPEED_ALL: speed_text(r["best_speedup_correct"], r["n_speedup_correct"], nr,
                                           r["best_speedup_correct_lo"], r["best_speedup_correct_hi"])
                 if r["runtime_ran"] else note,
+                COL_SPEED_PEER: peer_text(r) if r["runtime_ran"] else note,
             })
         rows.append(row)
-    columns = [AXIS_LABELS.get(k, k) for k in keys] + ["n", *RATE_COLUMNS, COL_SPEED, COL_SPEED_ALL]
+    columns = [AXIS_LABELS.get(k, k) for k in keys] + ["n", *RATE_COLUMNS, *SPEED_COLUMNS]
     return pd.DataFrame(rows, columns=columns)
 
 
