@@ -213,8 +213,9 @@ class RunnerGone(Exception):
 
 def stage_uids(spec: dict) -> list[int]:
     """The uids a stage's processes run as, the candidate's first (4 slots per GPU: check, memcheck, ncu and
-    the check stage's vendor baseline), so that no two stages that can run at the same time share one. The
-    parent kills them all after the stage, whatever became of the judge."""
+    the check stage's vendor baseline, whose slot the peers then take one after another), so that no two
+    stages that can run at the same time share one. The parent kills them all after the stage, whatever became
+    of the judge."""
     from xlang.sandbox import uid_for_slot
 
     base = 4 * int(spec.get("gpu_index") or 0)
