@@ -36,6 +36,10 @@ CASES = [
     # Attention backward in cuda_ptx: never run on a GPU (tasks/attn_bwd/NOTES_cuda_ptx.md); here: it builds.
     ("attn_bwd", "cuda_ptx", "h100", None, HOPPER | {"mbarrier"}),
     ("attn_bwd_causal", "cuda_ptx", "h100", "D=96,HKV=8", HOPPER | {"mbarrier"}),
+    # Attention backward in CuTe DSL: never run on a GPU (tasks/attn_bwd/NOTES_cutedsl.md); here: it builds.
+    ("attn_bwd", "cutedsl", "h100", None, HOPPER | {"mbarrier", "setmaxnreg", "stmatrix"}),
+    ("attn_bwd_causal", "cutedsl", "h100", "D=96,S=1000,HKV=8", HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_bwd", "cutedsl", "h100", "D=64", HOPPER),
     # Blackwell attention: no B200 here, so compile + census only (tasks/attn_fwd/NOTES_cuda_ptx_blackwell.md).
     ("attn_fwd", "cuda_ptx", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_fwd_causal", "cuda_ptx", "b200", "D=96,HKV=8", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
