@@ -280,7 +280,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     attempts, profiles, run = [], [], None
     for replay in NCU_ATTEMPTS:
         if gpu_free is not None and gpu_free.is_set() and check_done is not None:
-            check_done.wait()
+            while not check_done.wait(0.2) and not (cancel is not None and cancel.is_set()):
+                pass  # the check may be timing now; a cancelled verdict needs no second profile
         report_file = Path(str(report) + ".ncu-rep")  # the judge copies it here from where ncu wrote it
         report_file.unlink(missing_ok=True)
         prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=True)
