@@ -693,9 +693,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     judged = judge_stage("check", check, check_limit_s)
     verdict.correct = bool(verdict.correctness and verdict.correctness.get("passed")) and \
         (judged is None or judged[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL))
-    if judged:
-        if judged[0] == V.INCORRECT and (check.result or {}).get("correctness"):
-            verdict.correct = False  # correct in the trials, wrong in a verified timed call
+    if judged:  # incorrect in a verified timed call after correct trials included: correct is False above
         return finish(*judged)
     if not side_by_side:
         if options.memcheck:

@@ -843,6 +843,10 @@ def _wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
         time.sleep(0.2)
 
 
+def _tflops(flops: float, ms: float) -> float | None:
+    return flops / (ms * 1e-3) / 1e12 if ms > 0 else None
+
+
 def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
     from xlang.archs import get_arch
 
@@ -865,8 +869,7 @@ def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
         "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"]},
         "baseline_name": task.baseline_name,
         "speedup": b_ms / c_ms if c_ms > 0 else None,
-        "tflops": flops / (c_ms * 1e-3) / 1e12 if c_ms > 0 else None,
-        "baseline_tflops": flops / (b_ms * 1e-3) / 1e12 if b_ms > 0 else None,
+        "tflops": _tflops(flops, c_ms), "baseline_tflops": _tflops(flops, b_ms),
         "flops": flops, "roofline_floor_ms": floor, "beyond_roofline": bool(floor is not None and c_ms < floor),
         "gpu_processes_during_candidate": len(extra) if others is not None else None,
         "vendor_alone": alone,
@@ -929,7 +932,7 @@ def peer_record(task, shape: dict, peer: dict, timed: dict, candidate_ms: float,
     ms = timed["stats"]["median_ms"]
     flops = task.flops(shape)
     return {"name": peer["name"], "display": peer.get("display", peer["name"]), "ran": True, "ms": ms,
-            "tflops": flops / (ms * 1e-3) / 1e12 if ms > 0 else None,
+            "tflops": _tflops(flops, ms),
             "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
             "method": timed["method"], "stats": timed["stats"], "wall_stats": timed.get("wall_stats"),
             "alone": alone}
