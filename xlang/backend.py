@@ -461,7 +461,7 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
         if not result.kernels:
             result.ok, result.error = False, "the candidate compiled no GPU kernel"
         else:
-            ptx = [Path(k.ptx).read_text() for k in result.kernels if k.ptx]
+            ptx = [Path(p).read_text() for p in sorted({k.ptx for k in result.kernels if k.ptx})]
             binaries = sorted({k.cubin for k in result.kernels})
             result.census = take_census(binaries, ptx, arch, required)
     result.seconds = time.monotonic() - start

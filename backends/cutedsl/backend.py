@@ -32,11 +32,13 @@ def report(result: dict) -> dict:
         return {"ok": False, "error": f"{result['error_kind']}: {result['error']}{where}", "kernels": []}
     kernels = []
     for fn in result["compiled"]:
-        names = fn.get("kernels") or [fn["name"]]
-        for i, cubin in enumerate(fn["cubin"]):
-            kernels.append({"name": names[i] if i < len(names) else fn["name"], "cubin": cubin, "ptx": fn["ptx"],
-                            "meta": {"host_function": fn["name"], "kernels": fn.get("kernels"),
-                                     "compile_s": fn.get("compile_s")}})
+        # One host function may launch several kernels, all in its one cubin: each kernel is its own entry (the
+        # judge accepts a CuTe DSL kernel at run time only under a name its build compiled).
+        names, cubins = fn.get("kernels") or [fn["name"]], fn["cubin"]
+        for i, name in enumerate(names if cubins else []):
+            kernels.append({"name": name, "cubin": cubins[i] if len(cubins) == len(names) else cubins[0],
+                            "ptx": fn["ptx"], "meta": {"host_function": fn["name"], "kernels": fn.get("kernels"),
+                                                       "compile_s": fn.get("compile_s")}})
     return {"ok": True, "error": None, "kernels": kernels, "versions": {}}
 
 
