@@ -233,6 +233,33 @@ def test_provenance_rejects_vendor_and_foreign_kernels(tmp_path):
         assert e.value.status == "forbidden_call", kernel
 
 
+def test_provenance_reads_a_cutedsl_name_after_the_jits_own_prefix(tmp_path):
+    """CuTe DSL names every kernel kernel_cutlass_<function>_<static arguments>_<n>, so another drawn shape gives a
+    name the build never compiled: the DSL's own 'cutlass' is not a vendor's, but the rest is still screened."""
+    from xlang.profiler.judge import Outcome, Provenance
+
+    spec = {"lang": "cutedsl", "own_cubins": [], "kernels_on_disk": False, "jit_kernel_prefix": "kernel_cutlass_",
+            "build_kernels": ["kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o128i64div1281281_2"]}
+    prov = Provenance(spec, tmp_path / "home")
+    prov.judge([_kernel("kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o64i64div64641_2", "ab" * 32)])
+    for name in ("kernel_cutlass_kernel_quackgemm_sm90GemmSm90_object_at_0", "kernel_cutlass_FlashAttnFwd_1",
+                 "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cutlass3x_sm90_tensorop_gemm_bf16"):
+        with pytest.raises(Outcome) as e:
+            prov.judge([_kernel(name, "cd" * 32)])
+        assert e.value.status == "forbidden_call", name
+    # the candidate's own kernel function may be called gemm_kernel: after its stem only the arguments are read
+    stems = Provenance({**spec, "build_kernel_stems": ["kernel_cutlass_gemm_kernel_"]}, tmp_path / "home")
+    stems.judge([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
+    with pytest.raises(Outcome):  # without that stem the name is screened after the prefix
+        prov.judge([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
+    with pytest.raises(Outcome):  # a library's kernel under the stem still shows its class in the arguments
+        stems.judge([_kernel("kernel_cutlass_gemm_kernel_quackgemm_sm90GemmSm90_object_at__0", "ab" * 32)])
+    # a language that keeps its kernels on disk is never read after a prefix
+    strict = Provenance({**spec, "kernels_on_disk": True}, tmp_path / "home")
+    with pytest.raises(Outcome):
+        strict.judge([_kernel("kernel_cutlass__dq_kernel_x", "cd" * 32)])
+
+
 def test_provenance_finds_a_triton_candidates_jit_output(tmp_path):
     import hashlib
 

@@ -186,6 +186,12 @@ def test_cutedsl_reports_in_the_shared_protocol():
     # Both kernels of the one cubin are listed: the judge accepts a CuTe DSL kernel only under a built name.
     assert ok["kernels"] == [{"name": "k0", "cubin": "/w/a.cubin", "ptx": "/w/a.ptx", "meta": meta},
                              {"name": "k1", "cubin": "/w/a.cubin", "ptx": "/w/a.ptx", "meta": meta}]
+    # a kernel made from one of the source's @cute.kernel functions carries its stem
+    src = "import cutlass.cute as cute\n@cute.kernel\ndef gemm_kernel(a):\n    pass\n@cute.jit\ndef host(a):\n    pass\n"
+    assert cutedsl.kernel_functions(src) == {"gemm_kernel"}
+    named = cutedsl.report({"ok": True, "compiled": [{"name": "host", "kernels": ["kernel_cutlass_gemm_kernel_t64_0"],
+                                                      "ptx": "/w/a.ptx", "cubin": ["/w/a.cubin"]}]}, {"gemm_kernel"})
+    assert named["kernels"][0]["meta"]["stem"] == "kernel_cutlass_gemm_kernel_"
     bad = cutedsl.report({"ok": False, "error_kind": "compile_error", "error": "x", "where": "c.py:3"})
     assert B.check_static_build_report(bad) is None and bad["error"] == "compile_error: x\n(at c.py:3)"
 

@@ -101,6 +101,10 @@ class Backend(ABC):
       kernels_on_disk  True when every kernel the candidate launches comes from a module file the judge can hash
                 (its build's cubins, or cubins its JIT writes into the candidate's private cache); False when
                 the JIT keeps its output in memory, so a runtime kernel's provenance is judged by name alone
+      jit_kernel_prefix  what the language's JIT puts before every kernel name it makes (CuTe DSL:
+                "kernel_cutlass_"); the judge reads a run-time name the build did not compile (another shape's
+                specialisation) after it, so the language's own word is not taken for a vendor's; the rest,
+                which the candidate's source chose, is still screened
     """
 
     name: str = ""
@@ -113,6 +117,7 @@ class Backend(ABC):
     tools: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     kernels_on_disk: bool = True
+    jit_kernel_prefix: str = ""
 
     @property
     def folder(self) -> Path:

@@ -23,10 +23,41 @@ class CuteDslBackend(PythonModuleBackend):
     static_build = "backends.cutedsl.backend"
     static_build_what = "import and entry point with cute.compile redirected"
     kernels_on_disk = False  # CuTe DSL keeps its JIT output in memory: a runtime kernel's name alone decides
+    # Every kernel CuTe DSL compiles is named "kernel_" + "cutlass_" + the @cute.kernel function's name + its
+    # static arguments (layouts, shapes: each drawn shape may give a new name) + a counter.
+    jit_kernel_prefix = "kernel_cutlass_"
 
 
-def report(result: dict) -> dict:
-    """build_static's result in the static-build protocol (xlang.backend.PythonModuleBackend)."""
+def kernel_functions(source: str) -> set[str]:
+    """The names of the functions the source decorates with @cute.kernel (or any decorator named kernel)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                d = d.func if isinstance(d, ast.Call) else d
+                if (isinstance(d, ast.Attribute) and d.attr == "kernel") or (isinstance(d, ast.Name) and d.id == "kernel"):
+                    names.add(node.name)
+    return names
+
+
+def _stem(kernel: str, functions) -> str | None:
+    """'kernel_cutlass_<function>_' when the kernel was made from one of the candidate's @cute.kernel functions:
+    the judge screens only the rest of a run-time name with this stem (the function's own name, e.g.
+    'gemm_kernel', is the candidate's choice and no sign of a vendor)."""
+    prefix = CuteDslBackend.jit_kernel_prefix
+    found = [f for f in functions if kernel.startswith(f"{prefix}{f}_")]
+    return f"{prefix}{max(found, key=len)}_" if found else None
+
+
+def report(result: dict, functions=()) -> dict:
+    """build_static's result in the static-build protocol (xlang.backend.PythonModuleBackend); `functions`: the
+    source's @cute.kernel function names (meta["stem"] of each kernel made from one)."""
     if not result["ok"]:
         where = f"\n(at {result['where']})" if result.get("where") else ""
         return {"ok": False, "error": f"{result['error_kind']}: {result['error']}{where}", "kernels": []}
@@ -36,9 +67,12 @@ def report(result: dict) -> dict:
         # judge accepts a CuTe DSL kernel at run time only under a name its build compiled).
         names, cubins = fn.get("kernels") or [fn["name"]], fn["cubin"]
         for i, name in enumerate(names if cubins else []):
+            meta = {"host_function": fn["name"], "kernels": fn.get("kernels"), "compile_s": fn.get("compile_s")}
+            stem = _stem(name, functions)
+            if stem:
+                meta["stem"] = stem
             kernels.append({"name": name, "cubin": cubins[i] if len(cubins) == len(names) else cubins[0],
-                            "ptx": fn["ptx"], "meta": {"host_function": fn["name"], "kernels": fn.get("kernels"),
-                                                       "compile_s": fn.get("compile_s")}})
+                            "ptx": fn["ptx"], "meta": meta})
     return {"ok": True, "error": None, "kernels": kernels, "versions": {}}
 
 
@@ -53,7 +87,8 @@ def main(argv: list[str]) -> int:
     task, arch, shape = get_task(task_name), get_arch(arch_name), json.loads(shape_json)
     static_build = import_module("backends.cutedsl.static_build")
     result = static_build.build_static(source, lambda: entry_arguments(task, shape, "cpu"), arch.sm, out_dir)
-    (Path(out_dir) / "static_build.json").write_text(json.dumps(report(result)))
+    functions = kernel_functions(Path(source).read_text(errors="replace"))
+    (Path(out_dir) / "static_build.json").write_text(json.dumps(report(result, functions)))
     return 0
 
 

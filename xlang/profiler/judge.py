@@ -542,6 +542,10 @@ class Provenance:
     def __init__(self, spec: dict, home: Path | None):
         self.own: set = set()
         self.kernels_on_disk = spec.get("kernels_on_disk", True)  # Backend.kernels_on_disk
+        self.jit_prefix = spec.get("jit_kernel_prefix") or ""  # Backend.jit_kernel_prefix
+        # "<prefix><function>_" of each built kernel made from one of the candidate's own kernel functions
+        # (KernelImage.meta["stem"]), longest first
+        self.stems = sorted(spec.get("build_kernel_stems") or [], key=len, reverse=True)
         self.home = home
         self.scanned: set = set()
         # Kernels whose module the observer could not name ('-': launched through a statically linked cudart,
@@ -575,6 +579,19 @@ class Provenance:
             return True
         return not self.kernels_on_disk and not _UTILITY_KERNEL.search(k.name)
 
+    def _chosen_part(self, name: str) -> str:
+        """The part of a run-time kernel name (one the build did not compile: another shape's specialisation)
+        that the vendor screen reads, for a language whose JIT keeps kernels in memory: after the stem of one of
+        the build's own kernel functions, else after the JIT's own prefix. Any other name is screened whole."""
+        if self.kernels_on_disk:
+            return name
+        for stem in self.stems:
+            if name.startswith(stem):
+                return name[len(stem):]
+        if self.jit_prefix and name.startswith(self.jit_prefix):
+            return name[len(self.jit_prefix):]
+        return name
+
     def judge(self, kernels) -> None:
         from xlang.profiler.ncu import forbidden_reason
         from xlang.profiler.observer import MODULE_UNKNOWN
@@ -584,7 +601,7 @@ class Provenance:
             self.rescan()
             foreign = [k for k in foreign if k.module not in self.own]
         for k in foreign:
-            why = forbidden_reason(k.name) if k.name not in self.built else None
+            why = forbidden_reason(self._chosen_part(k.name)) if k.name not in self.built else None
             if k.module == MODULE_UNKNOWN and k.name in self.built:
                 continue
             if why:
