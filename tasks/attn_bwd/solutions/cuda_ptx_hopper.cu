@@ -1,59 +1,72 @@
-// NEVER run on a GPU (written 2026-11-30 without device time); see tasks/attn_bwd/NOTES_cuda_ptx.md
+// On the H200 (benchmarks/expert_probe.py, 2026-11-30): correct at S=300 D=64 H=2 HKV=1, S=1000 D=128 H=4 HKV=2,
+// S=300 D=96 and the default shape, causal at S=300 D=96 and the default; 503 TFLOP/s vs cuDNN 520 (do_bench),
+// causal 433 vs 465. See tasks/attn_bwd/NOTES_cuda_ptx.md and its CPU model
+// tasks/attn_bwd/verify/attn_bwd_cuda_ptx_fused_emulate.py.
 //
 // Expert Hopper (sm_90a) attention backward for the xlang `attn_bwd` / `attn_bwd_causal` tasks.
 // attn_bwd_causal uses this same file with XL_CAUSAL set to 1 (its Task.solution_variant).
 //
-// Given dO and the forward's Q, K, V, O, LSE (natural log of the scaled scores), with scale = 1/sqrt(D) and
-// kv head = h / (H / HKV):
-//   P  = exp(scale Q K^T - LSE)        recomputed per tile, never stored
-//   dV = P^T dO                        dP = dO V^T
-//   Delta = rowsum(dO * O)             dS = P * (dP - Delta)
-//   dQ = scale dS K                    dK = scale dS^T Q
-// dK and dV of a kv head sum the G = H / HKV query heads that share it.
+//   P  = exp(scale Q K^T - LSE)   dV = P^T dO   dP = dO V^T   Delta = rowsum(dO * O)
+//   dS = P * (dP - Delta)         dQ = scale dS K               dK = scale dS^T Q
+// kv head = h / (H / HKV); dK, dV of a kv head sum its G = H / HKV query heads.
 //
-// Design (FlashAttention-2's backward split, as the Triton expert of this task; no atomics)
-// ------
-// Three launches on the caller's stream:
-//  1. attn_bwd_delta_kernel: Delta[b,h,i] = sum_d dO*O in fp32 into a stream-ordered scratch buffer
-//     (cudaMallocAsync / cudaFreeAsync on the stream, from the device's default pool). One warp per row.
-//  2. attn_bwd_dkdv_kernel: one CTA per (128-key block, b*HKV + kv). Two warpgroups, each owning 64 keys.
-//     K and V of the block are loaded once and stay in shared memory with the fp32 dK, dV accumulators in
-//     registers; the CTA walks every 64-row query block of every query head of the GQA group (so the
-//     group sum happens in registers). Per query block, in the transposed orientation (keys = wgmma rows M):
-//         S^T  = K Q^T     wgmma m64n64k16, A = K, B = Q, both K-major from smem (128B swizzle)
-//         dP^T = V dO^T    same shape, A = V, B = dO
-//         P^T  = exp2(S^T * scale*log2e - LSE*log2e);   dS^T = P^T * (dP^T - Delta)
-//         dV  += P^T dO    wgmma m64n{DP}k16, A = P^T from registers (bf16), B = dO MN-major (imm-trans-b)
-//         dK  += dS^T Q    same, A = dS^T from registers, B = Q MN-major
-//     dK is scaled once at the end. Q/dO tiles are double-buffered: thread 0 issues the TMA of block it+1
-//     before the CTA computes block it; a __syncthreads at the end of each block frees its slot. LSE and
-//     Delta of a query block (64 floats each) are staged in shared memory by 64 threads, with the same
-//     double buffering, while the previous block's dV/dK wgmmas run.
-//  3. attn_bwd_dq_kernel: one CTA per (128-query block, b*H + h), two warpgroups of 64 query rows. Q, dO,
-//     LSE and Delta of its rows stay put; it walks 64-key blocks of K and V (double-buffered TMA):
-//         S = Q K^T, dP = dO V^T (wgmma m64n64k16, all K-major), P, dS, dQ += dS K (A = dS from
-//         registers, B = K MN-major). dQ scaled at the end.
-//  Every matmul is a wgmma with fp32 accumulation; bf16 only for the P / dS operands (as FA2/FA3) and
-//  the outputs.
-// Why this shape: it is the Triton expert's algorithm (correct on the H200) written with the forward
-// cuda_ptx expert's building blocks, which ran correctly on the H200 the first time: the same TMA maps,
-// the same 128B-swizzled 64-column chunks, the same K-major and MN-major descriptors and the same
-// accumulator -> register-A repacking. No warp specialisation: a straightforward first version, one
-// issuing thread and one barrier per block (performance work comes after the first correct run).
+// Pipeline (FlashAttention-3's backward structure, own implementation): 5 matmuls per tile, not 7
+// -------------------------------------------------------------------------------------------------
+//  1. attn_bwd_delta_kernel: Delta = rowsum(dO * O) in fp32 (one warp per row) into stream-ordered scratch;
+//     the dQ accumulator scratch (fp32) is zeroed by cudaMemsetAsync on the same stream.
+//  2. attn_bwd_fused_kernel<DP, CAUSAL>: grid (ceil(S/128), B*HKV), 384 threads = 3 warpgroups.
+//     * WG0 = producer (setmaxnreg.dec 24). Warp 0 loads K, V of the CTA's 128 keys once, then streams, for
+//       step it = (query head it / per_head, 64-row query block m_lo + it % per_head), the Q and dO tiles
+//       (TMA, lane 0) and the block's LSE*log2e / Delta (plain loads by the 32 lanes, 2 rows each) into a
+//       ring of ST slots. Warps 1..3 of WG0 have nothing to do and exit.
+//     * WG1, WG2 = consumers (setmaxnreg.inc 240), WG c owning keys n0 + 64c .. +63. Per step, in the
+//       transposed orientation (keys = wgmma rows):
+//         S^T = K_c Q^T, dP^T = V_c dO^T          (ss wgmma m64n64k16, K-major, 2 commit groups)
+//         P^T = exp2(S^T scale log2e - LSE log2e), masked; dS^T = P^T (dP^T - Delta)      (fp32)
+//         dS^T -> bf16 -> shared dS buffer it&1 ([128 keys][64 queries], 128B swizzle, st.shared.b32)
+//         dV += P^T dO, dK += dS^T Q              (rs wgmma m64n{DP}k16, B MN-major; group G1)
+//         -- named barrier 1 (256 consumer threads): both halves of dS are in shared memory --
+//         dQ_c = dS K[:, cols of c]               (ss wgmma m64n{DP/2}k16 over all 128 keys, A = dS MN-major
+//                                                  (imm-trans-a), B = K MN-major (imm-trans-b); group G2)
+//         wait G1 -> release the Q/dO/LSE/Delta slot (empty mbarrier, one arrive per warp)
+//         wait G2 -> dQ_c (fp32, 64 x DP/2) -> shared staging in "thread order" (float4 v*128 + t)
+//         -- named barrier 2+c (the 128 threads of WG c) -- one thread issues a bulk reduce-add
+//         (cp.reduce.async.bulk .add.f32, 128*DP bytes) of the staging buffer into the fp32 dQ scratch,
+//         whose layout is the same thread order per (head, query block, half): one contiguous block.
+//     dK, dV stay in registers over all steps (GQA sum included) and are stored once (dK scaled).
+//  3. attn_bwd_dq_convert_kernel: dQ = scale * scratch, un-permuted to [B, H, S, D] bf16 (float4 reads).
 //
-// Head dim: templated on the padded width DP (64 or 128); D = 96 runs with DP = 128. Tiles are stored as
-// DP/64 chunks of 64 columns (one 128-byte swizzle row each, its own TMA box {64, rows, 1}). For D = 96 the
-// second chunk's box covers columns 64..127 of a tensor whose inner extent is 96: TMA zero-fills 96..127,
-// which add nothing to any dot product; those output columns are computed as zeros and never stored.
-// Tails: tensor maps are 3-D [B*heads, S, D], so a box past row S of one head is zero-filled (never the
-// next head's rows).
-//   - Query rows >= S: their LSE is taken as +inf (P = 0 exactly) and Delta as 0, so they add nothing.
-//   - Key rows >= S: zero K rows give S = 0 and P = exp(-LSE) != 0, so the blocks that contain keys >= S
-//     mask them (P = 0); in the dK/dV kernel they are only dropped accumulator rows anyway.
-//   - Stores are plain guarded bf16x2 stores from registers (row < S, column < D).
-// Causal (key j visible to query i iff j <= i): the dK/dV CTA of keys [n0, n0+128) starts at query block
-// n0/64 (earlier query blocks see none of its keys); the dQ CTA of rows [m0, m0+128) stops after key
-// m0+127. Only blocks that straddle the diagonal apply the per-element mask. dQ CTAs run longest-first.
+// Barrier protocol (why it is race-free)
+//  * full[s] (count 32: the 32 producer lanes; lane 0's arrival carries expect_tx of the Q + dO bytes) and
+//    empty[s] (count 8: lane 0 of each consumer warp), s = it % ST, phase parity (it / ST) & 1. The producer
+//    waits empty[s] with parity ((it / ST) & 1) ^ 1 (the fresh barrier's "previous" phase passes at once),
+//    so it is at most ST steps ahead; LSE/Delta are published by the lanes' own arrivals (release) and read
+//    by consumers after their full wait (acquire). A consumer warp arrives on empty[s] only after wgmma
+//    G1 (the last reader of Q/dO of the slot) has completed and after its LSE/Delta reads.
+//  * dS buffers: dS(it) is written by both WGs, fence.proxy.async (generic writes -> wgmma async-proxy
+//    reads), then named barrier 1; only then is G2 issued. A WG writes dS(it+2) into the same buffer only
+//    after barrier 1 of step it+1, which the other WG reaches only after waiting its G2 of step it: two
+//    buffers plus one barrier per step suffice.
+//  * dQ staging (one buffer per WG): written after G2 completes, fence.proxy.async, WG barrier, then the
+//    bulk reduce. Its issuing thread waits cp.async.bulk.wait_group.read 0 before it enters barrier 1 of the
+//    next step, and the other threads of the WG write the staging buffer again only after that barrier.
+//    At the end it waits wait_group 0 before the CTA exits.
+// Why bulk reduce-add and not red.global.add.f32 per element: per step a CTA adds 64 x DP fp32 (32 KiB at
+// D = 128); as per-element (or v2) reds that is 4096 L2 atomic ops per step per CTA issued from the
+// consumer warps (LSU issue + address registers in the hot loop) and L2 atomic-op throughput would bound
+// the kernel; one bulk op per WG per step moves whole 128-byte lines through the TMA unit with no consumer
+// work beyond 8 st.shared.v4 (FA3 makes the same choice). Both are order-nondeterministic in the last fp32
+// bits (the key blocks of one query block arrive in any order); the sum is fp32 over <= G * S/128 terms,
+// far inside atol = rtol = 1e-2 after the bf16 rounding of the output.
+//
+// Head dim: DP = 64 (D = 64) or 128 (D = 96, 128). Tiles are DP/64 chunks of 64 columns (one 128-byte swizzle
+// row each, its own TMA box {64, rows, 1}); for D = 96 TMA zero-fills columns 96..127 (no effect on any dot
+// product; those output columns are never stored). Tails: maps are 3-D [B*heads, S, D] so boxes past row S
+// are zero-filled per head; query rows >= S get LSE = +inf (P = 0) and Delta = 0, so dS = 0 there; keys >= S
+// are masked in the blocks that hold them. The dQ scratch covers ceil(S/64)*64 rows; the convert kernel
+// and the dK/dV epilogue store only row < S, column < D.
+// Causal (key j visible to query i iff j <= i): the CTA of keys [n0, n0+128) starts at query block n0/64;
+// blocks straddling the diagonal apply the per-element mask; blockIdx.x = 0 (the most steps) starts first.
 #ifndef XL_CAUSAL
 #define XL_CAUSAL 0
 #endif
@@ -64,47 +77,35 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-namespace hbwd {
+namespace hbwd2 {
 
-constexpr int THREADS = 256;          // two warpgroups, both compute
-constexpr int BN_KV = 128;            // dK/dV kernel: keys per CTA (64 per warpgroup)
-constexpr int BM_KV = 64;             // dK/dV kernel: query rows per step
-constexpr int BM_Q = 128;             // dQ kernel: query rows per CTA (64 per warpgroup)
-constexpr int BN_Q = 64;              // dQ kernel: keys per step
+constexpr int THREADS = 384;          // WG0 producer, WG1 + WG2 consumers
+constexpr int BN = 128;               // keys per CTA (64 per consumer warpgroup)
+constexpr int BM = 64;                // query rows per step
 constexpr float LOG2E = 1.4426950408889634f;
 
-// One 64-column chunk of a tile of R rows is R x 128 bytes.
 template <int DP>
-struct CfgKV {                                          // dK/dV kernel shared memory
+struct Cfg {
   static constexpr int CH = DP / 64;
-  static constexpr int CHUNK_KEY = BN_KV * 128;          // 16 KiB: one chunk of the K or V tile
-  static constexpr int CHUNK_ROW = BM_KV * 128;          // 8 KiB: one chunk of a Q or dO tile
+  static constexpr int ST = DP == 128 ? 2 : 3;           // Q/dO/LSE/Delta ring depth
+  static constexpr int CHUNK_KEY = BN * 128;             // 16 KiB: one 64-column chunk of the K or V tile
+  static constexpr int CHUNK_ROW = BM * 128;             // 8 KiB: one chunk of a Q or dO tile
   static constexpr int KEY_BYTES = CH * CHUNK_KEY;
   static constexpr int ROW_BYTES = CH * CHUNK_ROW;
-  // K, V, then 2 slots x (Q, dO), then 2 slots x 64 LSE*log2e, 2 x 64 Delta, then 3 mbarriers.
+  static constexpr int DS_BYTES = BN * BM * 2;           // 16 KiB: dS^T bf16 [128 keys][64 queries]
+  static constexpr int DQ_HALF = 128 * (DP / 4) * 4;     // one WG's dQ staging: 64 rows x DP/2 fp32
   static constexpr int OFF_V = KEY_BYTES;
   static constexpr int OFF_Q = 2 * KEY_BYTES;
-  static constexpr int OFF_DO = OFF_Q + 2 * ROW_BYTES;
-  static constexpr int OFF_LSE = OFF_DO + 2 * ROW_BYTES;
-  static constexpr int OFF_DELTA = OFF_LSE + 2 * BM_KV * 4;
-  static constexpr int OFF_BAR = OFF_DELTA + 2 * BM_KV * 4;
-  static constexpr int SMEM = OFF_BAR + 3 * 8 + 1024 /*alignment slack*/;
+  static constexpr int OFF_DO = OFF_Q + ST * ROW_BYTES;
+  static constexpr int OFF_DS = OFF_DO + ST * ROW_BYTES;
+  static constexpr int OFF_DQ = OFF_DS + 2 * DS_BYTES;
+  static constexpr int OFF_LSE = OFF_DQ + 2 * DQ_HALF;
+  static constexpr int OFF_DELTA = OFF_LSE + ST * BM * 4;
+  static constexpr int OFF_BAR = OFF_DELTA + ST * BM * 4;
+  static constexpr int SMEM = OFF_BAR + (1 + 2 * ST) * 8 + 1024 /*alignment slack*/;
 };
-template <int DP>
-struct CfgQ {                                           // dQ kernel shared memory
-  static constexpr int CH = DP / 64;
-  static constexpr int CHUNK_ROW = BM_Q * 128;           // 16 KiB: one chunk of the Q or dO tile
-  static constexpr int CHUNK_KEY = BN_Q * 128;           // 8 KiB: one chunk of a K or V tile
-  static constexpr int ROW_BYTES = CH * CHUNK_ROW;
-  static constexpr int KEY_BYTES = CH * CHUNK_KEY;
-  // Q, dO, then 2 slots x (K, V), then 3 mbarriers.
-  static constexpr int OFF_DO = ROW_BYTES;
-  static constexpr int OFF_K = 2 * ROW_BYTES;
-  static constexpr int OFF_V = OFF_K + 2 * KEY_BYTES;
-  static constexpr int OFF_BAR = OFF_V + 2 * KEY_BYTES;
-  static constexpr int SMEM = OFF_BAR + 3 * 8 + 1024;
-};
-static_assert(CfgKV<128>::SMEM <= 232448 && CfgQ<128>::SMEM <= 232448, "shared memory");
+static_assert(Cfg<128>::SMEM <= 232448 && Cfg<64>::SMEM <= 232448, "shared memory");
+static_assert(Cfg<128>::OFF_DS % 1024 == 0 && Cfg<64>::OFF_DS % 1024 == 0, "swizzled tiles 1024-aligned");
 
 // ---------------------------------------------------------------- PTX helpers
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -301,54 +302,123 @@ __global__ void __launch_bounds__(256) attn_bwd_delta_kernel(const __nv_bfloat16
   if (lane == 0) Delta[row] = sum;
 }
 
-// ---------------------------------------------------------------- kernel 2: dK, dV
-// Grid (ceil(S/128), B*HKV). Warpgroup wg owns keys n0 + 64wg .. +63 (rows of its accumulators).
+// ---------------------------------------------------------------- v2 helpers (warp specialisation, dQ path)
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+template <int R> __device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+// Generic-proxy shared-memory writes -> visible to async-proxy readers (wgmma operands, bulk copies).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Named barrier `id` over `count` threads (multiples of 32); barrier 0 is __syncthreads.
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+// gmem[0 .. bytes) += smem[0 .. bytes) (fp32), asynchronous, tracked by the issuing thread's bulk groups.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem, uint32_t saddr, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(gmem), "r"(saddr),
+               "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read0() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+#define XL_F8(d, i)                                                                                      \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+// D[64 x 64] (+)= A[64 x 16] * B[16 x 64]; both from shared memory, both MN-major (imm-trans-a = imm-trans-b = 1).
+template <int ACC>
+__device__ __forceinline__ void wgmma_ss_tt_m64n64(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+      : XL_F8(d, 0), XL_F8(d, 8), XL_F8(d, 16), XL_F8(d, 24)
+      : "l"(da), "l"(db), "n"(ACC));
+}
+// D[64 x 32] (+)= A[64 x 16] * B[16 x 32]; both MN-major from shared memory.
+template <int ACC>
+__device__ __forceinline__ void wgmma_ss_tt_m64n32(float (&d)[16], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, %16, %17, p, 1, 1, 1, 1;\n}\n"
+      : XL_F8(d, 0), XL_F8(d, 8)
+      : "l"(da), "l"(db), "n"(ACC));
+}
+#undef XL_F8
+
+// dQ_c[64 queries x DP/2] = dS[64 queries x 128 keys] K[128 keys x (DP/2 columns of half c)].
+// A = the dS^T buffer ([key][query], 128-byte rows) read MN-major: element (m = query, k = key) at
+// (k/8)*1024 + (k%8)*128 + 2m (swizzled); 16 keys further = +2048 B. B = the K tile read MN-major (rows =
+// keys = K dimension): kb_addr is the start of this half's columns (DP = 128: chunk c; DP = 64: +64 B inside
+// the 128-byte swizzle row, bits 7-9 of the start stay 0 so the base-offset field stays 0). N <= 64, so
+// the LBO (distance between 64-wide N blocks) is never used. 8 wgmmas, the first with scale-d 0.
+template <int DP>
+__device__ __forceinline__ void issue_dq(float (&acc)[DP / 4], uint32_t ds_addr, uint32_t kb_addr) {
+  const uint64_t da0 = desc_mnmajor(ds_addr, 8192), db0 = desc_mnmajor(kb_addr, 8192);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk) {
+    const uint64_t off = static_cast<uint64_t>((kk * 16 * 128) >> 4);
+    if constexpr (DP == 128) {
+      if (kk == 0) wgmma_ss_tt_m64n64<0>(acc, da0 + off, db0 + off);
+      else wgmma_ss_tt_m64n64<1>(acc, da0 + off, db0 + off);
+    } else {
+      if (kk == 0) wgmma_ss_tt_m64n32<0>(acc, da0 + off, db0 + off);
+      else wgmma_ss_tt_m64n32<1>(acc, da0 + off, db0 + off);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kernel 2: fused dK, dV, dQ
+// Grid (ceil(S/128), B*HKV), 384 threads. See the top of the file for the pipeline and barrier protocol.
 template <int DP, bool CAUSAL>
 __global__ void __launch_bounds__(THREADS, 1)
-attn_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                     const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                     const float* __restrict__ LSE, const float* __restrict__ Delta, __nv_bfloat16* __restrict__ dK,
-                     __nv_bfloat16* __restrict__ dV, int H, int HKV, int S, int D, float scale, float scale_log2) {
-  using C = CfgKV<DP>;
+attn_bwd_fused_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                      const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+                      const float* __restrict__ LSE, const float* __restrict__ Delta, float* __restrict__ dq_acc,
+                      __nv_bfloat16* __restrict__ dK, __nv_bfloat16* __restrict__ dV, int H, int HKV, int S, int D,
+                      float scale, float scale_log2) {
+  using C = Cfg<DP>;
+  constexpr int ST = C::ST;
   extern __shared__ uint8_t smem_raw[];
   // 128-byte-swizzled tiles must start on a 1024-byte boundary (descriptor base-offset field stays 0).
   uint8_t* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   const uint32_t s0 = smem_addr(smem);
-  float* lse_s = reinterpret_cast<float*>(smem + C::OFF_LSE);       // [2][64], LSE * log2(e), +inf past S
-  float* delta_s = reinterpret_cast<float*>(smem + C::OFF_DELTA);   // [2][64], 0 past S
+  float* lse_s = reinterpret_cast<float*>(smem + C::OFF_LSE);       // [ST][64], LSE * log2(e), +inf past S
+  float* delta_s = reinterpret_cast<float*>(smem + C::OFF_DELTA);   // [ST][64], 0 past S
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + C::OFF_BAR);
-  uint64_t* full = kv_full + 1;                                       // [2]: Q + dO of a slot
+  uint64_t* full = kv_full + 1;                                       // [ST]
+  uint64_t* empty = full + ST;                                        // [ST]
 
-  const int n0 = blockIdx.x * BN_KV;
+  const int n0 = blockIdx.x * BN;
   const int bkv = blockIdx.y;                    // b * HKV + kv: row of the [B*HKV, S, D] maps
   const int b = bkv / HKV, kv = bkv - b * HKV;
   const int G = H / HKV;
-  const int nqb = (S + BM_KV - 1) / BM_KV;
-  const int m_lo = CAUSAL ? n0 / BM_KV : 0;      // earlier query blocks see none of these keys
+  const int nqb = (S + BM - 1) / BM;
+  const int m_lo = CAUSAL ? n0 / BM : 0;         // earlier query blocks see none of these keys
   const int per_head = nqb - m_lo;
-  const int steps = G * per_head;                // step it: query head g = it / per_head, block m_lo + it % per_head
-
+  const int steps = G * per_head;                // step it: query head kv*G + it / per_head, block m_lo + it % per_head
   const int tid = threadIdx.x;
-  // Step it uses slot it & 1: Q and dO by TMA (thread 0), LSE*log2(e) and Delta of its 64 rows (threads < 64).
-  auto load_tiles = [&](int it) {
-    const int slot = it & 1;
-    const int bh = b * H + kv * G + it / per_head;
-    const int m = m_lo + it % per_head;
-    mbar_arrive_expect_tx(&full[slot], 2 * C::ROW_BYTES);
-    tma_tile<C::CH>(s0 + C::OFF_Q + slot * C::ROW_BYTES, C::CHUNK_ROW, &map_q, &full[slot], m * BM_KV, bh);
-    tma_tile<C::CH>(s0 + C::OFF_DO + slot * C::ROW_BYTES, C::CHUNK_ROW, &map_do, &full[slot], m * BM_KV, bh);
-  };
-  auto stage_rows = [&](int it) {
-    const int slot = it & 1;
-    const int bh = b * H + kv * G + it / per_head;
-    const int m = m_lo + it % per_head;
-    if (tid < BM_KV) {
-      const int row = m * BM_KV + tid;
-      const size_t at = static_cast<size_t>(bh) * S + row;
-      lse_s[slot * BM_KV + tid] = row < S ? LSE[at] * LOG2E : INFINITY;
-      delta_s[slot * BM_KV + tid] = row < S ? Delta[at] : 0.f;
-    }
-  };
+  const int wg = tid / 128;
 
   if (tid == 0) {
     tma_prefetch_map(&map_q);
@@ -356,81 +426,142 @@ attn_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_con
     tma_prefetch_map(&map_v);
     tma_prefetch_map(&map_do);
     mbar_init(kv_full, 1);
-    mbar_init(&full[0], 1);
-    mbar_init(&full[1], 1);
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(&full[s], 32);                   // the 32 producer lanes (lane 0's carries expect_tx)
+      mbar_init(&empty[s], 8);                   // lane 0 of each of the 8 consumer warps
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
-  if (tid == 0) {
-    mbar_arrive_expect_tx(kv_full, 2 * C::KEY_BYTES);   // full boxes count, zero-filled parts included
-    tma_tile<C::CH>(s0, C::CHUNK_KEY, &map_k, kv_full, n0, bkv);
-    tma_tile<C::CH>(s0 + C::OFF_V, C::CHUNK_KEY, &map_v, kv_full, n0, bkv);
-    load_tiles(0);
-  }
-  stage_rows(0);
-  __syncthreads();                                 // LSE/Delta of step 0 visible
+  __syncthreads();                               // the only CTA-wide barrier
 
-  const int wg = tid / 128, t = tid & 127;
+  if (wg == 0) {
+    // ------------------------------------------------ producer
+    regs_dec<24>();
+    if (tid < 32) {
+      const int lane = tid;
+      if (lane == 0) {
+        mbar_arrive_expect_tx(kv_full, 2 * C::KEY_BYTES);   // full boxes count, zero-filled parts included
+        tma_tile<C::CH>(s0, C::CHUNK_KEY, &map_k, kv_full, n0, bkv);
+        tma_tile<C::CH>(s0 + C::OFF_V, C::CHUNK_KEY, &map_v, kv_full, n0, bkv);
+      }
+      for (int it = 0; it < steps; ++it) {
+        const int s = it % ST;
+        const uint32_t ph = (it / ST) & 1;
+        const int bh = b * H + kv * G + it / per_head;
+        const int m = m_lo + it % per_head;
+        mbar_wait(&empty[s], ph ^ 1);            // slot s free (first round: passes at once)
+        // LSE*log2e and Delta of rows m*64 + lane and + 32 (+inf / 0 past S: P = 0, dS = 0 there).
+#pragma unroll
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int r = lane + 32 * h2;
+          const int row = m * BM + r;
+          const size_t at = static_cast<size_t>(bh) * S + row;
+          lse_s[s * BM + r] = row < S ? LSE[at] * LOG2E : INFINITY;
+          delta_s[s * BM + r] = row < S ? Delta[at] : 0.f;
+        }
+        if (lane == 0) {
+          mbar_arrive_expect_tx(&full[s], 2 * C::ROW_BYTES);   // this lane's arrival + the TMA bytes
+          tma_tile<C::CH>(s0 + C::OFF_Q + s * C::ROW_BYTES, C::CHUNK_ROW, &map_q, &full[s], m * BM, bh);
+          tma_tile<C::CH>(s0 + C::OFF_DO + s * C::ROW_BYTES, C::CHUNK_ROW, &map_do, &full[s], m * BM, bh);
+        } else {
+          mbar_arrive(&full[s]);                 // release: this lane's LSE/Delta writes
+        }
+      }
+    }
+    return;
+  }
+
+  // -------------------------------------------------- consumers
+  regs_inc<240>();
+  const int cw = wg - 1;                          // which 64 keys of the CTA
+  const int t = tid & 127;
   const int warp = t >> 5, lane = t & 31;
   const int g8 = lane >> 2, qd = lane & 3;
-  const int key0 = n0 + wg * 64 + warp * 16 + g8; // key of accumulator rows with (i/2)%2 == 0; +8 otherwise
-  const uint32_t k_rows = s0 + wg * 64 * 128;      // this warpgroup's 64 rows of the K tile (+8 KiB in each chunk)
-  const uint32_t v_rows = s0 + C::OFF_V + wg * 64 * 128;
+  const int key0 = n0 + cw * 64 + warp * 16 + g8; // key of accumulator rows with (i/2)%2 == 0; +8 otherwise
+  const uint32_t k_rows = s0 + cw * 64 * 128;     // this WG's 64 rows of the K tile (+8 KiB in each chunk)
+  const uint32_t v_rows = s0 + C::OFF_V + cw * 64 * 128;
+  // B of dQ: the K tile's columns of this WG's half (DP = 128: chunk cw; DP = 64: columns 32cw.. of chunk 0).
+  const uint32_t kb_half = s0 + (DP == 128 ? cw * C::CHUNK_KEY : cw * 64);
+  // This thread's 16 rows of dS^T: key row 64cw + 16warp + g8 (+8 for odd n), 128 B per row.
+  const uint32_t ds_row = static_cast<uint32_t>(C::OFF_DS + (cw * 64 + warp * 16 + g8) * 128 + 4 * qd);
+  const uint32_t dq_stage = s0 + C::OFF_DQ + cw * C::DQ_HALF;
 
-  float dk[DP / 2], dv[DP / 2];                    // this thread's 2 keys x DP/4 columns of dK, dV
+  float dk[DP / 2], dv[DP / 2];                   // this thread's 2 keys x DP/4 columns of dK, dV
 #pragma unroll
   for (int i = 0; i < DP / 2; ++i) dk[i] = dv[i] = 0.f;
 
   mbar_wait(kv_full, 0);
   for (int it = 0; it < steps; ++it) {
-    const int slot = it & 1;
-    // Slot (it+1) & 1 was freed by the barrier that ended step it-1: prefetch step it+1 into it now.
-    if (tid == 0 && it + 1 < steps) load_tiles(it + 1);
+    const int s = it % ST;
+    const int bh = b * H + kv * G + it / per_head;
     const int m = m_lo + it % per_head;
-    const uint32_t q_tile = s0 + C::OFF_Q + slot * C::ROW_BYTES;
-    const uint32_t do_tile = s0 + C::OFF_DO + slot * C::ROW_BYTES;
-    const float* lse2 = lse_s + slot * BM_KV;
-    const float* dlt = delta_s + slot * BM_KV;
-    mbar_wait(&full[slot], (it >> 1) & 1);
+    const uint32_t q_tile = s0 + C::OFF_Q + s * C::ROW_BYTES;
+    const uint32_t do_tile = s0 + C::OFF_DO + s * C::ROW_BYTES;
+    const float* lse2 = lse_s + s * BM;
+    const float* dlt = delta_s + s * BM;
+    mbar_wait(&full[s], (it / ST) & 1);
 
-    float s[32], dp[32];                           // S^T then P^T; dP^T (2 keys x 16 query columns)
+    float sc[32], dp[32];                         // S^T then P^T; dP^T then dS^T (2 keys x 16 query columns)
     wgmma_fence();
-    issue_abt<DP>(s, k_rows, C::CHUNK_KEY, q_tile, C::CHUNK_ROW);
+    issue_abt<DP>(sc, k_rows, C::CHUNK_KEY, q_tile, C::CHUNK_ROW);
     wgmma_commit();
     issue_abt<DP>(dp, v_rows, C::CHUNK_KEY, do_tile, C::CHUNK_ROW);
     wgmma_commit();
-    wgmma_wait<1>();                               // S^T done (dP^T may still run)
-    pin(s);
+    wgmma_wait<1>();                              // S^T done (dP^T may still run)
+    pin(sc);
     // Mask where the block holds keys >= S or straddles the causal diagonal (some key > some query).
-    const bool masked = (n0 + wg * 64 + 64 > S) || (CAUSAL && m * BM_KV < n0 + wg * 64 + 64);
+    const bool masked = (n0 + cw * 64 + 64 > S) || (CAUSAL && m * BM < n0 + cw * 64 + 64);
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int col = 8 * (i / 4) + 2 * qd + (i % 2);   // query row of the block
-      float p = ex2(fmaf(s[i], scale_log2, -lse2[col]));
+      float p = ex2(fmaf(sc[i], scale_log2, -lse2[col]));
       if (masked) {
         const int key = key0 + 8 * ((i / 2) % 2);
-        const int qrow = m * BM_KV + col;
+        const int qrow = m * BM + col;
         if (key >= S || (CAUSAL && key > qrow)) p = 0.f;
       }
-      s[i] = p;
+      sc[i] = p;
     }
+    pin(sc);                                      // keep the exp2s ahead of the dP^T wait (overlap)
     uint32_t pf[16], dsf[16];
-    pack_a(pf, s);                                  // P^T (bf16) = A of dV += P^T dO
-    wgmma_wait<0>();                                // dP^T done
+    pack_a(pf, sc);                               // P^T (bf16) = A of dV += P^T dO
+    wgmma_wait<0>();                              // dP^T done
     pin(dp);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - dlt[8 * (i / 4) + 2 * qd + (i % 2)]);
-    pack_a(dsf, dp);                                // dS^T (bf16) = A of dK += dS^T Q
+    for (int i = 0; i < 32; ++i) dp[i] = sc[i] * (dp[i] - dlt[8 * (i / 4) + 2 * qd + (i % 2)]);
+    pack_a(dsf, dp);                              // dS^T (bf16) = A of dK += dS^T Q
+    // dS^T into buffer it&1: dsf[n] = (key row +8(n%2), query columns 8(n/2) + 2qd, +1); 16-byte unit n/2 of
+    // the row, swizzled by the row's bits 0-2 (= g8).
+    const uint32_t ds_buf = s0 + ds_row + (it & 1) * C::DS_BYTES;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) st_shared_b32(ds_buf + (n % 2) * 8 * 128 + (((n / 2) ^ g8) << 4), dsf[n]);
+    fence_proxy_async();
     wgmma_fence();
     issue_at<DP>(dv, pf, do_tile, C::CHUNK_ROW);
     issue_at<DP>(dk, dsf, q_tile, C::CHUNK_ROW);
-    wgmma_commit();
-    if (it + 1 < steps) stage_rows(it + 1);        // global loads while the wgmmas run (other slot)
-    wgmma_wait<0>();
+    wgmma_commit();                               // G1
+    if (t == 0) bulk_wait_read0();                // last step's dQ staging has been read (see the protocol)
+    named_bar_sync(1, 256);                       // dS(it) of both WGs is in shared memory
+    float dq[DP / 4];
+    wgmma_fence();
+    issue_dq<DP>(dq, s0 + C::OFF_DS + (it & 1) * C::DS_BYTES, kb_half);
+    wgmma_commit();                               // G2
+    wgmma_wait<1>();                              // G1 done: Q, dO of slot s no longer read
     pin(dv);
     pin(dk);
-    __syncthreads();                               // every warpgroup is done with slot it & 1; rows staged
+    if (lane == 0) mbar_arrive(&empty[s]);
+    wgmma_wait<0>();                              // G2 done
+    pin(dq);
+#pragma unroll
+    for (int v = 0; v < DP / 16; ++v)
+      st_shared_v4(dq_stage + (v * 128 + t) * 16, dq[4 * v], dq[4 * v + 1], dq[4 * v + 2], dq[4 * v + 3]);
+    fence_proxy_async();
+    named_bar_sync(2 + cw, 128);                  // the WG's staging buffer is complete
+    if (t == 0)
+      bulk_reduce_add_f32(dq_acc + ((static_cast<size_t>(bh) * nqb + m) * 2 + cw) * (32 * DP), dq_stage,
+                          C::DQ_HALF);
   }
+  if (t == 0) bulk_wait0();                       // the staging buffer must outlive the last reduce
 
   // Epilogue: bf16 stores straight from registers, nothing past key S or column D.
   const size_t base = static_cast<size_t>(bkv) * S;
@@ -452,127 +583,31 @@ attn_bwd_dkdv_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_con
   }
 }
 
-// ---------------------------------------------------------------- kernel 3: dQ
-// Grid (ceil(S/128), B*H). Warpgroup wg owns query rows m0 + 64wg .. +63.
-template <int DP, bool CAUSAL>
-__global__ void __launch_bounds__(THREADS, 1)
-attn_bwd_dq_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                   const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                   const float* __restrict__ LSE, const float* __restrict__ Delta, __nv_bfloat16* __restrict__ dQ,
-                   int H, int HKV, int S, int D, float scale, float scale_log2) {
-  using C = CfgQ<DP>;
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-  const uint32_t s0 = smem_addr(smem);
-  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + C::OFF_BAR);
-  uint64_t* full = q_full + 1;                     // [2]: K + V of a slot
-
-  const int mt = CAUSAL ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int m0 = mt * BM_Q;
-  const int bh = blockIdx.y;                       // b * H + h
-  const int b = bh / H, h = bh - b * H;
-  const int kvh = b * HKV + h / (H / HKV);
-  const int kend = CAUSAL ? min(S, m0 + BM_Q) : S; // keys past the last row of the tile are invisible
-  const int nkb = (kend + BN_Q - 1) / BN_Q;
-
-  const int tid = threadIdx.x;
-  auto issue_block = [&](int j) {                  // K and V of key block j into slot j & 1 (thread 0)
-    const int slot = j & 1;
-    mbar_arrive_expect_tx(&full[slot], 2 * C::KEY_BYTES);
-    tma_tile<C::CH>(s0 + C::OFF_K + slot * C::KEY_BYTES, C::CHUNK_KEY, &map_k, &full[slot], j * BN_Q, kvh);
-    tma_tile<C::CH>(s0 + C::OFF_V + slot * C::KEY_BYTES, C::CHUNK_KEY, &map_v, &full[slot], j * BN_Q, kvh);
-  };
-  if (tid == 0) {
-    tma_prefetch_map(&map_q);
-    tma_prefetch_map(&map_k);
-    tma_prefetch_map(&map_v);
-    tma_prefetch_map(&map_do);
-    mbar_init(q_full, 1);
-    mbar_init(&full[0], 1);
-    mbar_init(&full[1], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  if (tid == 0) {
-    mbar_arrive_expect_tx(q_full, 2 * C::ROW_BYTES);
-    tma_tile<C::CH>(s0, C::CHUNK_ROW, &map_q, q_full, m0, bh);
-    tma_tile<C::CH>(s0 + C::OFF_DO, C::CHUNK_ROW, &map_do, q_full, m0, bh);
-    issue_block(0);
-  }
-
-  const int wg = tid / 128, t = tid & 127;
-  const int warp = t >> 5, lane = t & 31;
-  const int g8 = lane >> 2, qd = lane & 3;
-  const int r0 = m0 + wg * 64 + warp * 16 + g8;    // query row of accumulator rows with (i/2)%2 == 0; r0+8 else
-  const size_t head = static_cast<size_t>(bh) * S;
-  // Rows past S: LSE +inf gives P = 0, so they contribute nothing (and are not stored).
-  const float lse2_0 = r0 < S ? LSE[head + r0] * LOG2E : INFINITY;
-  const float lse2_1 = r0 + 8 < S ? LSE[head + r0 + 8] * LOG2E : INFINITY;
-  const float dl0 = r0 < S ? Delta[head + r0] : 0.f;
-  const float dl1 = r0 + 8 < S ? Delta[head + r0 + 8] : 0.f;
-  const uint32_t q_rows = s0 + wg * 64 * 128;      // this warpgroup's 64 rows (+8 KiB in each 16 KiB chunk)
-  const uint32_t do_rows = s0 + C::OFF_DO + wg * 64 * 128;
-
-  float dq[DP / 2];
-#pragma unroll
-  for (int i = 0; i < DP / 2; ++i) dq[i] = 0.f;
-
-  mbar_wait(q_full, 0);
-  for (int j = 0; j < nkb; ++j) {
-    const int slot = j & 1;
-    if (tid == 0 && j + 1 < nkb) issue_block(j + 1);   // slot freed by the barrier ending block j-1
-    const uint32_t k_tile = s0 + C::OFF_K + slot * C::KEY_BYTES;
-    const uint32_t v_tile = s0 + C::OFF_V + slot * C::KEY_BYTES;
-    mbar_wait(&full[slot], (j >> 1) & 1);
-
-    float s[32], dp[32];                           // S then P; dP (2 rows x 16 keys)
-    wgmma_fence();
-    issue_abt<DP>(s, q_rows, C::CHUNK_ROW, k_tile, C::CHUNK_KEY);
-    wgmma_commit();
-    issue_abt<DP>(dp, do_rows, C::CHUNK_ROW, v_tile, C::CHUNK_KEY);
-    wgmma_commit();
-    wgmma_wait<1>();
-    pin(s);
-    // Mask where the block holds keys >= S or keys above the diagonal of some row of this warpgroup.
-    const int k0 = j * BN_Q;
-    const bool masked = (k0 + BN_Q > S) || (CAUSAL && k0 + BN_Q - 1 > m0 + wg * 64);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const bool hi = (i / 2) % 2;
-      float p = ex2(fmaf(s[i], scale_log2, -(hi ? lse2_1 : lse2_0)));
-      if (masked) {
-        const int key = k0 + 8 * (i / 4) + 2 * qd + (i % 2);
-        const int row = r0 + 8 * hi;
-        if (key >= S || (CAUSAL && key > row)) p = 0.f;
-      }
-      s[i] = p;
-    }
-    wgmma_wait<0>();
-    pin(dp);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dp[i] = s[i] * (dp[i] - (((i / 2) % 2) ? dl1 : dl0));
-    uint32_t dsf[16];
-    pack_a(dsf, dp);                                // dS (bf16) = A of dQ += dS K
-    wgmma_fence();
-    issue_at<DP>(dq, dsf, k_tile, C::CHUNK_KEY);
-    wgmma_commit();
-    wgmma_wait<0>();
-    pin(dq);
-    __syncthreads();                               // both warpgroups are done with slot j & 1
-  }
-
-  __nv_bfloat16* o0 = dQ + (head + r0) * D;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    if (r0 + 8 * half >= S) continue;
-    __nv_bfloat16* o = o0 + 8 * half * static_cast<size_t>(D);
-#pragma unroll
-    for (int n = 0; n < DP / 8; ++n) {
-      const int col = 8 * n + 2 * qd;
-      const int i = 4 * n + 2 * half;
-      if (col < D) *reinterpret_cast<__nv_bfloat162*>(o + col) = __floats2bfloat162_rn(dq[i] * scale, dq[i + 1] * scale);
-    }
-  }
+// ---------------------------------------------------------------- kernel 3: dQ scratch -> bf16
+// Scratch block (bh, m, c) = 128 threads x DP/16 float4 in thread order: float4 v*128 + t holds accumulator
+// registers 4v..4v+3 of thread t = (row r, columns cc, cc+1) and (row r+8, same columns), with
+// r = 16(t/32) + (t%32)/4 and cc = c*DP/2 + 8v + 2(t%4). One thread per float4.
+template <int DP>
+__global__ void __launch_bounds__(256) attn_bwd_dq_convert_kernel(const float4* __restrict__ acc,
+                                                                  __nv_bfloat16* __restrict__ dQ, long long n4,
+                                                                  int S, int D, int nqb, float scale) {
+  const long long idx = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
+  if (idx >= n4) return;
+  const long long bhm = idx / (16 * DP);
+  const int rem = static_cast<int>(idx - bhm * (16 * DP));
+  const int c = rem / (8 * DP), r2 = rem - c * (8 * DP);
+  const int v = r2 / 128, t = r2 % 128;
+  const long long bh = bhm / nqb;
+  const int m = static_cast<int>(bhm - bh * nqb);
+  const int row = m * BM + 16 * (t / 32) + (t % 32) / 4;
+  const int col = c * (DP / 2) + 8 * v + 2 * (t % 4);
+  if (col >= D) return;
+  const float4 x = acc[idx];
+  __nv_bfloat16* o = dQ + (bh * S + row) * D + col;
+  if (row < S) *reinterpret_cast<__nv_bfloat162*>(o) = __floats2bfloat162_rn(x.x * scale, x.y * scale);
+  if (row + 8 < S)
+    *reinterpret_cast<__nv_bfloat162*>(o + 8 * static_cast<long long>(D)) =
+        __floats2bfloat162_rn(x.z * scale, x.w * scale);
 }
 
 // ---------------------------------------------------------------- host side
@@ -611,49 +646,58 @@ static void launch(const __nv_bfloat16* dO, const __nv_bfloat16* Q, const __nv_b
                    const __nv_bfloat16* V, const __nv_bfloat16* O, const float* LSE, __nv_bfloat16* dQ,
                    __nv_bfloat16* dK, __nv_bfloat16* dV, int B, int H, int HKV, int S, int D, cudaStream_t stream) {
   constexpr bool causal = XL_CAUSAL != 0;
-  auto kv_kernel = attn_bwd_dkdv_kernel<DP, causal>;
-  auto q_kernel = attn_bwd_dq_kernel<DP, causal>;
-  constexpr int kv_bytes = CfgKV<DP>::SMEM, q_bytes = CfgQ<DP>::SMEM;
+  auto kernel = attn_bwd_fused_kernel<DP, causal>;
+  constexpr int bytes = Cfg<DP>::SMEM;
   static bool attr_set = false;
   if (!attr_set) {
-    cudaFuncSetAttribute(kv_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kv_bytes);
-    cudaFuncSetAttribute(q_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, q_bytes);
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    // The scratch (Delta + the fp32 dQ accumulator, ~0.4 GB at the default shape) comes from the default
+    // pool each call; keep freed pool memory mapped instead of trimming it at every synchronisation.
+    int dev = 0;
+    cudaMemPool_t pool;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+      cuuint64_t keep = ~0ull;
+      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
     attr_set = true;
   }
-  // Tensor maps: Q/dO as row tiles of the kernel that keeps them (dQ: 128 rows) or streams them (dK/dV:
-  // 64 rows); K/V likewise (dK/dV: 128 keys, dQ: 64 keys).
-  CUtensorMap q64, do64, k128, v128, q128, do128, k64, v64;
-  if (!make_map(&q64, Q, B * H, S, D, BM_KV) || !make_map(&do64, dO, B * H, S, D, BM_KV) ||
-      !make_map(&k128, K, B * HKV, S, D, BN_KV) || !make_map(&v128, V, B * HKV, S, D, BN_KV) ||
-      !make_map(&q128, Q, B * H, S, D, BM_Q) || !make_map(&do128, dO, B * H, S, D, BM_Q) ||
-      !make_map(&k64, K, B * HKV, S, D, BN_Q) || !make_map(&v64, V, B * HKV, S, D, BN_Q)) {
+  CUtensorMap q64, do64, k128, v128;
+  if (!make_map(&q64, Q, B * H, S, D, BM) || !make_map(&do64, dO, B * H, S, D, BM) ||
+      !make_map(&k128, K, B * HKV, S, D, BN) || !make_map(&v128, V, B * HKV, S, D, BN)) {
     fprintf(stderr, "xlang_entry: cuTensorMapEncodeTiled failed\n");
     return;
   }
   const long long rows = static_cast<long long>(B) * H * S;
-  float* delta = nullptr;
-  if (cudaMallocAsync(reinterpret_cast<void**>(&delta), rows * sizeof(float), stream) != cudaSuccess) {
+  const int nqb = (S + BM - 1) / BM;
+  const long long delta_bytes = (rows * 4 + 255) / 256 * 256;
+  const long long acc_floats = static_cast<long long>(B) * H * nqb * BM * DP;
+  char* scratch = nullptr;
+  if (cudaMallocAsync(reinterpret_cast<void**>(&scratch), delta_bytes + acc_floats * 4, stream) != cudaSuccess) {
     fprintf(stderr, "xlang_entry: cudaMallocAsync failed\n");
     return;
   }
+  float* delta = reinterpret_cast<float*>(scratch);
+  float* dq_acc = reinterpret_cast<float*>(scratch + delta_bytes);
+  cudaMemsetAsync(dq_acc, 0, acc_floats * 4, stream);
   const float scale = 1.f / sqrtf(static_cast<float>(D));
   const float scale_log2 = scale * LOG2E;
   attn_bwd_delta_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(dO, O, delta, rows, D);
-  kv_kernel<<<dim3((S + BN_KV - 1) / BN_KV, B * HKV), THREADS, kv_bytes, stream>>>(
-      q64, k128, v128, do64, LSE, delta, dK, dV, H, HKV, S, D, scale, scale_log2);
-  q_kernel<<<dim3((S + BM_Q - 1) / BM_Q, B * H), THREADS, q_bytes, stream>>>(
-      q128, k64, v64, do128, LSE, delta, dQ, H, HKV, S, D, scale, scale_log2);
-  cudaFreeAsync(delta, stream);
+  kernel<<<dim3((S + BN - 1) / BN, B * HKV), THREADS, bytes, stream>>>(q64, k128, v128, do64, LSE, delta, dq_acc,
+                                                                       dK, dV, H, HKV, S, D, scale, scale_log2);
+  const long long n4 = acc_floats / 4;
+  attn_bwd_dq_convert_kernel<DP><<<static_cast<unsigned>((n4 + 255) / 256), 256, 0, stream>>>(
+      reinterpret_cast<const float4*>(dq_acc), dQ, n4, S, D, nqb, scale);
+  cudaFreeAsync(scratch, stream);
 }
 
-}  // namespace hbwd
+}  // namespace hbwd2
 
 extern "C" void xlang_entry(const __nv_bfloat16* dO, const __nv_bfloat16* Q, const __nv_bfloat16* K,
                             const __nv_bfloat16* V, const __nv_bfloat16* O, const float* LSE, __nv_bfloat16* dQ,
                             __nv_bfloat16* dK, __nv_bfloat16* dV, int B, int H, int HKV, int S, int D,
                             cudaStream_t stream) {
   if (D <= 64)
-    hbwd::launch<64>(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D, stream);
+    hbwd2::launch<64>(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D, stream);
   else
-    hbwd::launch<128>(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D, stream);
+    hbwd2::launch<128>(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D, stream);
 }

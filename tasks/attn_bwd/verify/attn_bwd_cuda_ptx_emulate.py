@@ -1,5 +1,7 @@
-"""CPU emulation of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu (the cuda_ptx Hopper attention backward), for
-checking its index arithmetic without a GPU.
+"""CPU emulation of the FIRST version of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu (FA2's split backward, three
+kernels, `ok` on the H200 at 0.71x cuDNN; replaced by the fused version on 2026-11-30, in git history at c61c60b),
+for checking its index arithmetic without a GPU. Kept for its layout rules, which the fused version's model
+(attn_bwd_cuda_ptx_fused_emulate.py) imports.
 
 A PASS SHOWS THAT THE KERNEL'S INDEX ARITHMETIC AGREES WITH THE RULES MODELLED HERE, NOT WITH THE HARDWARE.
 The rules are hand-written from the PTX ISA (and are the ones the forward expert's emulation used, which that
