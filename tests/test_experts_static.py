@@ -48,6 +48,10 @@ CASES = [
     # Blackwell attention backward in cuda_ptx: never run (tasks/attn_bwd/NOTES_cuda_ptx_blackwell.md); it builds.
     ("attn_bwd", "cuda_ptx", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd_causal", "cuda_ptx", "b200", "D=96,S=1000,HKV=8", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
+    # Blackwell attention backward in CuTe DSL: never run (tasks/attn_bwd/NOTES_cutedsl_blackwell.md); it builds.
+    ("attn_bwd", "cutedsl", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
+    ("attn_bwd_causal", "cutedsl", "b200", "D=96,S=300,H=2,HKV=1", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
+    ("attn_bwd", "cutedsl", "b200", "D=64", BLACKWELL),
 ]
 
 
