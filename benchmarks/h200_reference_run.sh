@@ -10,6 +10,7 @@
 #   -> $OUT/reference.tgz (env.log, compare-*.log, results-*.db, report/, variants/)
 # ARCHS (default h100,b200): b200 is compile + census only, so it may as well be run on a CPU box beside this.
 # RESUME=DIR: start from DIR's results-*.db and variants/*.db (a previous call's; compare skips stored cells).
+# TASKS_A / TASKS_B: one side's tasks ("-": that side runs only the variants of its languages).
 set -u
 B=${BUDGET_S:-540}
 START=$(date +%s)
@@ -23,12 +24,14 @@ if [ -n "${RESUME:-}" ]; then cp $RESUME/results-*.db $R/ 2>/dev/null; cp $RESUM
   python3 -c 'import cutlass; print("cutlass-dsl", cutlass.__version__)'
   python3 -c 'from xlang.sandbox import level; print("isolation", level())'; } > $R/env.log 2>&1
 TASKS=${TASKS:-gemm,attn_fwd,attn_fwd_causal,attn_bwd,attn_bwd_causal}
-side() {  # side GPU LANGS NAME
-  local gpu=$1 langs=$2 name=$3
+side() {  # side GPU LANGS NAME TASKS ("-": no main compare on this side, only the variants)
+  local gpu=$1 langs=$2 name=$3 tasks=$4
   export XLANG_GPUS=$gpu XLANG_CACHE=/tmp/xlang-cache-$gpu
-  timeout $(( B - 40 - $(date +%s) + START )) python3 -m xlang compare --arch ${ARCHS:-h100,b200} --langs $langs --tasks $TASKS \
-      --model reference --store $R/results-$name.db > $R/compare-$name.log 2>&1
-  echo "compare $name rc $? at $(( $(date +%s) - START )) s" >> $R/compare-$name.log
+  if [ "$tasks" != "-" ]; then
+    timeout $(( B - 40 - $(date +%s) + START )) python3 -m xlang compare --arch ${ARCHS:-h100,b200} --langs $langs \
+        --tasks $tasks --model reference --store $R/results-$name.db > $R/compare-$name.log 2>&1
+    echo "compare $name rc $? at $(( $(date +%s) - START )) s" >> $R/compare-$name.log
+  fi
   for v in ${VARIANTS:-}; do  # only a variant that can finish: never a half-run store in the report
     local left=$(( B - 40 - $(date +%s) + START ))
     [ $left -lt ${VARIANT_MIN_S:-150} ] && { echo "variant $v skipped: $left s left" >> $R/variants/skipped.txt; continue; }
@@ -38,8 +41,8 @@ side() {  # side GPU LANGS NAME
     echo "variant $v rc $?" >> $R/variants/compare-$name-${v//[=,]/_}.log
   done
 }
-side 0 ${LANGS_A:-triton,gluon} a &
-side 1 ${LANGS_B:-cuda_ptx,cutedsl} b &
+side 0 ${LANGS_A:-triton,gluon} a ${TASKS_A:-$TASKS} &
+side 1 ${LANGS_B:-cuda_ptx,cutedsl} b ${TASKS_B:-$TASKS} &
 wait
 python3 -m xlang report --store $(ls $R/results-*.db | paste -sd,) --out $R/report > $R/report.log 2>&1
 for f in $R/compare-*.log; do echo "== $f"; tail -n 30 $f; done
