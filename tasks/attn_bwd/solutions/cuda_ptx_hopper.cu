@@ -1,7 +1,7 @@
-// On the H200 (benchmarks/expert_probe.py, 2026-11-30): correct at S=300 D=64 H=2 HKV=1, S=1000 D=128 H=4 HKV=2,
-// S=300 D=96 and the default shape, causal at S=300 D=96 and the default; 503 TFLOP/s vs cuDNN 520 (do_bench),
-// causal 433 vs 465. See tasks/attn_bwd/NOTES_cuda_ptx.md and its CPU model
-// tasks/attn_bwd/verify/attn_bwd_cuda_ptx_fused_emulate.py.
+// `ok` on the H200 (xlang compare, full verdicts, 2026-11-30, reports/h200-reference): attn_bwd 507 TFLOP/s,
+// 0.868x cuDNN backward; causal 393, 0.771x; D=64 + GQA (HKV 8 of 48) 0.737x; D=96 0.833x. Tensor cores do
+// exactly the task's FLOPs (1.00x; 1.33x at D=96, padded to 128). Notes: tasks/attn_bwd/NOTES_cuda_ptx.md;
+// CPU model: tasks/attn_bwd/verify/attn_bwd_cuda_ptx_fused_emulate.py.
 //
 // Expert Hopper (sm_90a) attention backward for the xlang `attn_bwd` / `attn_bwd_causal` tasks.
 // attn_bwd_causal uses this same file with XL_CAUSAL set to 1 (its Task.solution_variant).
