@@ -371,6 +371,30 @@ def test_pluggable_runtime_reaches_ok(tmp_path):
         assert "600 TFLOP/s" in t[0]["feedback"] and "faster" in t[0]["feedback"]
 
 
+def test_no_peers_reaches_the_profiler_and_names_another_compare_run(tmp_path):
+    """--no-peers (run and compare) asks each verdict for the vendor only; a compare with it is another run (its
+    verdicts hold no peer timings), so it never resumes into a store's run that has them."""
+    from xlang.agent.runtime import Runtime, register_runtime
+    from xlang.compare import CompareConfig, cell_run_id
+
+    seen = []
+
+    def evaluate(source, build, lang, task, arch, shape, options):
+        seen.append(options.get("no_peers"))
+        return V.Verdict(V.OK, lang=lang, task=task.name, arch=arch.name, runtime_ran=True,
+                         timing={"ms": 1.0, "tflops": 600.0, "speedup": 0.8})
+
+    register_runtime("fake-peers", lambda spec, arch: Runtime("fake-peers", True, evaluate=evaluate))
+    SCRIPTS["peersrun"] = lambda turn, m: fenced("python", GOOD["triton"].read_text())
+    for peers in (True, False):
+        run(RunConfig(task="gemm", lang="triton", arch="h100", model="xlangtest/peersrun", turns=1,
+                      profiler="fake-peers", store=str(tmp_path / f"r{peers}.db"), run_id="p", peers=peers))
+    assert seen == [False, True]
+    base = dict(archs=["h100"], langs=["triton"], store=str(tmp_path / "c.db"))
+    assert cell_run_id(CompareConfig(**base), "gemm", "triton", "h100") != \
+        cell_run_id(CompareConfig(peers=False, **base), "gemm", "triton", "h100")
+
+
 def test_trajectory_command(tmp_path):
     from typer.testing import CliRunner
 

@@ -47,6 +47,7 @@ class CompareConfig:
     prompt_variants: str | None = None  # the agent loop's options (xlang.agent.loop.RunConfig)
     context: str = "trimmed"
     target_speedup: float | None = None
+    peers: bool = True  # time the tasks' peers in each verdict (--no-peers: the vendor only)
     ray: str | None = None  # --ray: "local" (start Ray here) or a cluster address; None: no Ray
 
 
@@ -101,7 +102,8 @@ def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
            "docs": cfg.docs, "shape": task_shape(cfg, task), "seed": cfg.seed,
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
     # The loop's options name a different run only when set (so stores made before them still resume).
-    for name, default in (("prompt_variants", None), ("context", "trimmed"), ("target_speedup", None)):
+    for name, default in (("prompt_variants", None), ("context", "trimmed"), ("target_speedup", None),
+                          ("peers", True)):
         if getattr(cfg, name) != default:
             key[name] = getattr(cfg, name)
     if cfg.model == "reference":  # a new or changed expert solution is a new cell run; a missing one is re-checked
@@ -215,7 +217,8 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
                    samples=cfg.samples, docs=cfg.docs, profiler=_profiler_spec(cfg), store=cfg.store,
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
                    temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
-                   prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup)
+                   prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup,
+                   peers=cfg.peers)
     return run(rc, on_turn)
 
 

@@ -50,6 +50,8 @@ def compare_command(
     target_speedup: Optional[float] = typer.Option(None, "--target-speedup",
                                                    help="stop a sample once a candidate correct with the target "
                                                         "instructions reaches this speedup"),
+    no_peers: bool = typer.Option(False, "--no-peers", help="time only the vendor baseline, not the tasks' peers "
+                                                            "(public kernels such as FA4, quack) in each verdict"),
 ):
     """Run the language × architecture matrix (resumable) and print the main table."""
     from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
@@ -62,7 +64,8 @@ def compare_command(
                         model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
                         profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
                         max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
-                        prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray)
+                        prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
+                        peers=not no_peers)
     result = run_compare(cfg, console)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
                                        f"samples {cfg.samples} · docs {cfg.docs}")

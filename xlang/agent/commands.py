@@ -49,6 +49,8 @@ def run_command(
     target_speedup: Optional[float] = typer.Option(None, "--target-speedup",
                                                    help="stop a sample once a candidate correct with the target "
                                                         "instructions reaches this speedup"),
+    no_peers: bool = typer.Option(False, "--no-peers", help="time only the vendor baseline, not the task's peers "
+                                                            "(public kernels such as FA4, quack) in each verdict"),
     notes: str = typer.Option("none", "--notes", help="after a failed turn, add fix notes retrieved by BM25 to the "
                                                       "feedback: none | bm25 | bm25+kernel (each with its fixed kernel)"),
     notes_store: Optional[str] = typer.Option(None, "--notes-store",
@@ -78,7 +80,7 @@ def run_command(
                     max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),
                     temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id,
                     prompt_variants=prompt_variants, context=context, target_speedup=target_speedup,
-                    notes=notes, notes_store=notes_store, notes_k=notes_k)
+                    peers=not no_peers, notes=notes, notes_store=notes_store, notes_k=notes_k)
 
     def on_turn(e):
         detail = (e.error or e.detail or "").strip().splitlines()
