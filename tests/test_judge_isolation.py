@@ -254,6 +254,11 @@ def test_provenance_reads_a_cutedsl_name_after_the_jits_own_prefix(tmp_path):
         prov.judge([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
     with pytest.raises(Outcome):  # a library's kernel under the stem still shows its class in the arguments
         stems.judge([_kernel("kernel_cutlass_gemm_kernel_quackgemm_sm90GemmSm90_object_at__0", "ab" * 32)])
+    # a library kernel the candidate's code JIT-compiled at build time is built, and still screened
+    lib = "kernel_cutlass_kernel_quackgemm_sm90GemmSm90_object_at__0"
+    built_lib = Provenance({**spec, "build_kernels": [lib]}, tmp_path / "home")
+    with pytest.raises(Outcome):
+        built_lib.judge([_kernel(lib, "ab" * 32)])
     # a language that keeps its kernels on disk is never read after a prefix
     strict = Provenance({**spec, "kernels_on_disk": True}, tmp_path / "home")
     with pytest.raises(Outcome):
@@ -361,3 +366,23 @@ def test_a_jail_on_one_gpu_of_several_binds_only_that_gpus_node(monkeypatch, tmp
                  sandbox.Jail(home=tmp_path, gpu=True, gpu_node=7, uid=64005)):  # no such node here
         assert jail.env() == {}
         assert not jail.relaxed and {"/dev/nvidia0", "/dev/nvidia1"} <= bound(jail) or jail.relaxed
+
+
+def test_the_candidates_jail_hides_the_peers_libraries(monkeypatch, tmp_path):
+    """FA4 and quack are what a candidate is compared with, never its answer: under bubblewrap their package
+    folders are an empty tmpfs in the candidate's jail (after the binds that bring a site folder back); the
+    vendor's and the peers' own processes see them."""
+    from xlang import sandbox
+    from xlang.backend import peer_library_folders
+
+    monkeypatch.setattr(sandbox, "level", lambda: "bwrap+uid")
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    monkeypatch.setattr(sandbox, "_uid_drop_sees_python", lambda: True)
+    lib = tmp_path / "site" / "quack"
+    lib.mkdir(parents=True)
+    args = sandbox.Jail(home=tmp_path / "home", hidden=[lib]).command(["true"])
+    at = args.index(str(lib))
+    assert args[at - 1] == "--tmpfs" and at < args.index("--chdir")
+    assert str(lib) not in sandbox.Jail(home=tmp_path / "home").command(["true"])
+    # the folders are found from the tasks' peers without importing anything (none is installed in CI)
+    assert all(p.is_dir() for p in peer_library_folders())

@@ -37,6 +37,7 @@ TORCH_COMPUTE_FORBIDDEN = (
     (r"\b(scaled_dot_product_attention|flash_attn|torch\.nn\.functional|F\.softmax|torch\.softmax)\b",
      "torch / library attention or softmax is not allowed"),
     (r"\b(cublas|cudnn)\b", "vendor libraries are not allowed"),
+    (r"\bquack\b", "the peers' libraries (quack, flash_attn) are not allowed: they are the comparison, not the answer"),
 )
 
 
@@ -268,6 +269,26 @@ def check_static_build_report(data: dict) -> str | None:
     return None
 
 
+def peer_library_folders() -> list[Path]:
+    """The folders of every task's peer libraries (their top-level packages, found without importing them): a
+    candidate's jail hides them, so the public kernels we compare with can never be the candidate's answer."""
+    import importlib.util
+
+    from xlang.task import all_tasks
+
+    folders: set[Path] = set()
+    for task in all_tasks():
+        for peer in task.peers:
+            for module in peer.modules:
+                try:
+                    spec = importlib.util.find_spec(module.split(".")[0])
+                except (ImportError, ValueError):
+                    continue
+                for loc in (getattr(spec, "submodule_search_locations", None) or []) if spec else []:
+                    folders.add(Path(loc))
+    return sorted(folders)
+
+
 def run_build_child(module: str, source_path: Path, task, arch, shape: dict, workdir: Path, env: dict,
                     timeout_s: float, what: str) -> tuple[dict | None, str | None, str]:
     """Run a Python-hosted language's static build (MODULE.main(source, task, arch, shape_json, out_dir)) in a
@@ -278,7 +299,8 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     # The candidate's Python runs here: jailed, with the build folder as its own HOME (its private JIT
     # caches: never a cache another candidate wrote or will read).
     child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(workdir)],
-                         timeout=timeout_s, cwd=workdir, env=env, jail=Jail(home=workdir))
+                         timeout=timeout_s, cwd=workdir, env=env,
+                         jail=Jail(home=workdir, hidden=peer_library_folders()))
     if child.timed_out:
         return None, f"the build ({what}) exceeded {timeout_s:.0f} s", child.stdout
     text = read_untrusted(workdir / "static_build.json", limit=8 << 20)

@@ -109,6 +109,10 @@ class Jail:
     relaxed: bool = False
     uid: int = BUILD_UID  # one per GPU and stage for runtime (uid_for_slot): kill_uid() ends all it left behind
     gpu_node: int | None = None  # the minor number of the one GPU it may open (/dev/nvidiaN); None: every GPU
+    # Folders covered by an empty tmpfs: the peers' libraries (FA4, quack), which a candidate must not import.
+    # Only bubblewrap can hide them; under a tool (relaxed) or at level "process" they stay visible, and the
+    # run-time screen and the profiled-equals-observed check are what is left there.
+    hidden: list[Path] = field(default_factory=list)
 
     def one_gpu(self) -> bool:
         """Whether the child sees only the GPU `gpu_node`: bubblewrap binds that one /dev/nvidiaN (and the
@@ -185,6 +189,9 @@ class Jail:
         if self.relaxed:  # the tools' own sockets and lock files (the judge's folders stay 0700, not the uid's)
             args += ["--bind", "/tmp", "/tmp", "--bind", "/dev/shm", "/dev/shm"]
             args += ["--bind", str(self.home), str(self.home)]
+        for folder in self.hidden:  # after the binds, which may have brought a site folder holding them back
+            if Path(folder).is_dir():
+                args += ["--tmpfs", str(folder)]
         args += ["--chdir", str(self.home)]
         if self.gpu:
             one = self.one_gpu()

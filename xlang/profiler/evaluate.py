@@ -510,7 +510,7 @@ def _archive(workdir: Path, options: EvalOptions, label: str) -> None:
 def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
              options: EvalOptions | None = None) -> V.Verdict:
     """Judge a candidate (source text, a Path, or a BuildResult) for one task on one architecture."""
-    from xlang.backend import BuildResult, build_candidate, get_backend
+    from xlang.backend import BuildResult, build_candidate, get_backend, peer_library_folders
 
     options = coerce_options(options)
     task, arch = _coerce(task, arch)
@@ -617,6 +617,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "readable": readable, "seed_cache": str(backend.seed_cache(build) or ""),
         "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,
         "kernels_on_disk": backend.kernels_on_disk, "jit_kernel_prefix": backend.jit_kernel_prefix,
+        "hidden": [str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
         "build_kernels": [k.name for k in build.kernels],
         "build_kernel_stems": sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
         "build_opcodes": _build_opcodes(build),

@@ -246,7 +246,8 @@ class Runner:
         self.home = home
         self.uid = stage_uids(spec)[0 if role == "candidate" or tool else -1]
         jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid,
-                    gpu_node=spec.get("gpu_minor"))
+                    gpu_node=spec.get("gpu_minor"),
+                    hidden=[Path(p) for p in spec.get("hidden", [])] if role == "candidate" else [])
         jail.prepare()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno()), spec["device"]]
@@ -601,11 +602,15 @@ class Provenance:
             self.rescan()
             foreign = [k for k in foreign if k.module not in self.own]
         for k in foreign:
-            why = forbidden_reason(self._chosen_part(k.name)) if k.name not in self.built else None
-            if k.module == MODULE_UNKNOWN and k.name in self.built:
-                continue
+            # A name the build compiled is trusted when its module is on disk (hashed); a JIT that keeps kernels
+            # in memory compiled at build time whatever the candidate's code compiled, a library's kernels too,
+            # so its names are screened all the same (after the stem of the candidate's own kernel function).
+            screened = k.name not in self.built or not self.kernels_on_disk
+            why = forbidden_reason(self._chosen_part(k.name)) if screened else None
             if why:
                 raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]} ({why})")
+            if k.module == MODULE_UNKNOWN and k.name in self.built:
+                continue
             if _UTILITY_KERNEL.search(k.name):
                 continue  # torch's own elementwise / fill / copy kernels (a scratch tensor, a zero_())
             if not self.kernels_on_disk:
