@@ -50,8 +50,8 @@ Barrier protocol (the cuda_ptx fused kernel's, which ran correct on the H200)
     WG reaches only after waiting its G2 of step it: two buffers and one barrier per step suffice.
   * dQ staging (one per WG): written after G2 completed, fence.proxy.async, WG barrier, then the bulk reduce by
     the WG's thread 0, which waits bulk wait_group.read 0 before entering barrier 1 of the next step; the other
-    threads of the WG write the staging again only after that barrier (and after the WG barrier of the next
-    step's own writes... the order is: barrier 1 (it + 1) precedes the staging writes of it + 1).
+    threads of the WG write the staging again only after that barrier (the staging writes of step it + 1 come
+    after barrier 1 of step it + 1). At the end, thread 0 waits wait_group 0 before the CTA goes on.
   * Epilogue: barrier 1 before the K/V tiles are overwritten with dK/dV (the other WG's last G2 reads all 128
     rows of K).
 The dQ sum is fp32 and order-nondeterministic in its last bits (key blocks of a query block arrive in any
@@ -357,11 +357,10 @@ def _fused_kernel(
             bh = b * heads + kv * group + g
             q0 = m * BM
             buf = it % 2
-            # LSE * log2(e) and Delta of this thread's query columns (padded scratch: +inf / 0 past S)
+            # LSE * log2(e) of this thread's query columns (padded scratch: +inf past S); Delta is read
+            # after P^T (fewer live registers across the mask: the causal D = 128 build spilled otherwise)
             for j in cutlass.range_constexpr(n_cols):
-                qrow = q0 + coord_s[(j % 2) + 4 * (j // 2)][1]
-                lse2[j] = mLse2[(bh, qrow)]
-                dlt[j] = mDelta[(bh, qrow)]
+                lse2[j] = mLse2[(bh, q0 + coord_s[(j % 2) + 4 * (j // 2)][1])]
 
             # ---------------- S^T = K_c Q^T (group 1), dP^T = V_c dO^T (group 2)
             row_pipe.consumer_wait(row_get)
@@ -392,6 +391,8 @@ def _fused_kernel(
                     if dead:
                         acc_s[i] = 0.0
             p_bf16.store(acc_s.load().to(AB))
+            for j in cutlass.range_constexpr(n_cols):
+                dlt[j] = mDelta[(bh, q0 + coord_s[(j % 2) + 4 * (j // 2)][1])]     # 0 past S
             warpgroup.wait_group(0)              # dP^T done
             # ---------------- dS^T = P^T (dP^T - Delta)
             for i in cutlass.range_constexpr(n_s):
