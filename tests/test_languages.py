@@ -188,10 +188,13 @@ def test_cutedsl_reports_in_the_shared_protocol():
                              {"name": "k1", "cubin": "/w/a.cubin", "ptx": "/w/a.ptx", "meta": meta}]
     # a kernel made from one of the source's @cute.kernel functions carries its stem
     src = "import cutlass.cute as cute\n@cute.kernel\ndef gemm_kernel(a):\n    pass\n@cute.jit\ndef host(a):\n    pass\n"
-    assert cutedsl.kernel_functions(src) == {"gemm_kernel"}
-    named = cutedsl.report({"ok": True, "compiled": [{"name": "host", "kernels": ["kernel_cutlass_gemm_kernel_t64_0"],
-                                                      "ptx": "/w/a.ptx", "cubin": ["/w/a.cubin"]}]}, {"gemm_kernel"})
-    assert named["kernels"][0]["meta"]["stem"] == "kernel_cutlass_gemm_kernel_"
+    src += "class HopperGemm:\n    @cute.kernel\n    def kernel(self, a):\n        pass\n"
+    assert cutedsl.kernel_functions(src) == {("gemm_kernel", None), ("kernel", "HopperGemm")}
+    names = ["kernel_cutlass_gemm_kernel_t64_0", "kernel_cutlass_kernel_candidateHopperGemm_object_at__t64_1"]
+    named = cutedsl.report({"ok": True, "compiled": [{"name": "host", "kernels": names, "ptx": "/w/a.ptx",
+                                                      "cubin": ["/w/a.cubin"]}]}, cutedsl.kernel_functions(src))
+    assert [k["meta"]["stem"] for k in named["kernels"]] == [
+        "kernel_cutlass_gemm_kernel_", "kernel_cutlass_kernel_candidateHopperGemm_object_at_"]
     bad = cutedsl.report({"ok": False, "error_kind": "compile_error", "error": "x", "where": "c.py:3"})
     assert B.check_static_build_report(bad) is None and bad["error"] == "compile_error: x\n(at c.py:3)"
 

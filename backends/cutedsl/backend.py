@@ -28,31 +28,46 @@ class CuteDslBackend(PythonModuleBackend):
     jit_kernel_prefix = "kernel_cutlass_"
 
 
-def kernel_functions(source: str) -> set[str]:
-    """The names of the functions the source decorates with @cute.kernel (or any decorator named kernel)."""
+def kernel_functions(source: str) -> set[tuple[str, str | None]]:
+    """(name, class) of each function the source decorates with @cute.kernel (or any decorator named kernel);
+    class is the enclosing class's name for a method (None for a plain function)."""
     import ast
 
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    names = set()
+    classes = {id(f): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body}
+    found = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for d in node.decorator_list:
                 d = d.func if isinstance(d, ast.Call) else d
                 if (isinstance(d, ast.Attribute) and d.attr == "kernel") or (isinstance(d, ast.Name) and d.id == "kernel"):
-                    names.add(node.name)
-    return names
+                    found.add((node.name, classes.get(id(node))))
+    return found
 
 
 def _stem(kernel: str, functions) -> str | None:
-    """'kernel_cutlass_<function>_' when the kernel was made from one of the candidate's @cute.kernel functions:
-    the judge screens only the rest of a run-time name with this stem (the function's own name, e.g.
-    'gemm_kernel', is the candidate's choice and no sign of a vendor)."""
+    """The start of a kernel's name that the candidate's own source chose, when the kernel was made from one of
+    its @cute.kernel functions: 'kernel_cutlass_<function>_', and for a method also the object it was called on
+    ('<module><Class>_object_at_', how CuTe DSL prints `self`). The judge screens only the rest of a run-time
+    name with this stem: the candidate's names ('gemm_kernel', 'HopperGemm') are no sign of a vendor."""
+    import re
+
     prefix = CuteDslBackend.jit_kernel_prefix
-    found = [f for f in functions if kernel.startswith(f"{prefix}{f}_")]
-    return f"{prefix}{max(found, key=len)}_" if found else None
+    stems = []
+    for name, cls in functions:
+        head = f"{prefix}{name}_"
+        if not kernel.startswith(head):
+            continue
+        if cls is None:
+            stems.append(head)
+        else:
+            m = re.match(re.escape(head) + r"[A-Za-z0-9_]*?" + re.escape(cls) + "_object_at_", kernel)
+            if m:
+                stems.append(m.group(0))
+    return max(stems, key=len) if stems else None
 
 
 def report(result: dict, functions=()) -> dict:
