@@ -209,7 +209,8 @@ def _provenance(tmp_path, lang="cuda_ptx", own=b"our cubin", built=("gemm_tc",))
 
     cubin = tmp_path / "own.cubin"
     cubin.write_bytes(own)
-    return Provenance({"lang": lang, "own_cubins": [str(cubin)], "build_kernels": list(built)}, tmp_path / "home")
+    return Provenance({"lang": lang, "own_cubins": [str(cubin)], "build_kernels": list(built),
+                       "jit_cache": ".triton" if lang in ("triton", "gluon") else None}, tmp_path / "home")
 
 
 def test_provenance_accepts_own_modules_and_torch_utilities(tmp_path):
@@ -276,6 +277,34 @@ def test_provenance_finds_a_triton_candidates_jit_output(tmp_path):
     (jit / "sneaky.cubin").symlink_to("/etc/hostname")  # never followed
     prov.rescan()
     assert hashlib.sha256(Path("/etc/hostname").read_bytes()).hexdigest() not in prov.own
+
+
+def test_a_kernel_of_another_toolchain_is_not_the_languages_own(tmp_path):
+    """Language attribution: a cubin in the candidate's home is its own only where its language's JIT writes
+    (Triton: .triton); a cuda_ptx candidate that runs Triton, or a CuTe DSL one that runs Triton or loads
+    PTX through cuda-python, ran another language's kernels, whatever they are named."""
+    import hashlib
+
+    from xlang.profiler.judge import Outcome, Provenance
+
+    jit = tmp_path / "home" / ".triton" / "abc"
+    jit.mkdir(parents=True)
+    (jit / "matmul_kernel.cubin").write_bytes(b"triton wrote this")
+    triton_module = hashlib.sha256(b"triton wrote this").hexdigest()
+    with pytest.raises(Outcome) as e:  # a cuda_ptx candidate: its own kernels come from its build only
+        _provenance(tmp_path, lang="cuda_ptx").judge([_kernel("matmul_kernel", triton_module)])
+    assert e.value.status == "forbidden_call"
+    cutedsl = {"lang": "cutedsl", "own_cubins": [], "kernels_on_disk": False, "jit_kernel_prefix": "kernel_cutlass_",
+               "jit_cache": None, "build_kernels": ["kernel_cutlass__gemm_kernel_t_0"],
+               "build_kernel_stems": ["kernel_cutlass__gemm_kernel_"]}
+    prov = Provenance(cutedsl, tmp_path / "home")
+    for name, module in (("matmul_kernel", triton_module), ("fma_ptx_tile", "ab" * 32)):
+        with pytest.raises(Outcome) as e:
+            prov.judge([_kernel(name, module)])
+        assert e.value.status == "forbidden_call" and "did not make" in e.value.detail
+    # its own kernels at another shape, and torch's utilities (a zeroed scratch), are fine
+    prov.judge([_kernel("kernel_cutlass__gemm_kernel_u_1", "cd" * 32),
+                _kernel("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEE", "ef" * 32)])
 
 
 def test_same_kernels_under_ncu_as_when_timed():

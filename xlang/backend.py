@@ -102,6 +102,9 @@ class Backend(ABC):
       kernels_on_disk  True when every kernel the candidate launches comes from a module file the judge can hash
                 (its build's cubins, or cubins its JIT writes into the candidate's private cache); False when
                 the JIT keeps its output in memory, so a runtime kernel's provenance is judged by name alone
+      jit_cache  the folder under the candidate's HOME where its JIT writes the cubins it compiles at run time
+                (Triton, Gluon: ".triton", where child_env points TRITON_CACHE_DIR); the judge takes a module
+                found on disk as the candidate's own only from its build or from there (None: its build only)
       jit_kernel_prefix  what the language's JIT puts before every kernel name it makes (CuTe DSL:
                 "kernel_cutlass_"); the judge reads a run-time name the build did not compile (another shape's
                 specialisation) after it, so the language's own word is not taken for a vendor's; the rest,
@@ -118,6 +121,7 @@ class Backend(ABC):
     tools: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     kernels_on_disk: bool = True
+    jit_cache: str | None = None
     jit_kernel_prefix: str = ""
 
     @property

@@ -19,6 +19,7 @@ class TritonBackend(PythonModuleBackend):
     color = "#3b6fb6"
     distributions = ("torch", "triton")
     static_build = "backends.triton.static_build"
+    jit_cache = ".triton"  # its JIT's cubins at run time (TRITON_CACHE_DIR in the jail)
     static_build_what = "import and entry point with the recording driver"
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),

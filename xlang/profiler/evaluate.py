@@ -617,6 +617,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "readable": readable, "seed_cache": str(backend.seed_cache(build) or ""),
         "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,
         "kernels_on_disk": backend.kernels_on_disk, "jit_kernel_prefix": backend.jit_kernel_prefix,
+        "jit_cache": backend.jit_cache,
         "hidden": [str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
         "build_kernels": [k.name for k in build.kernels],
         "build_kernel_stems": sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),

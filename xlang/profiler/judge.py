@@ -544,6 +544,7 @@ class Provenance:
         self.own: set = set()
         self.kernels_on_disk = spec.get("kernels_on_disk", True)  # Backend.kernels_on_disk
         self.jit_prefix = spec.get("jit_kernel_prefix") or ""  # Backend.jit_kernel_prefix
+        self.jit_cache = spec.get("jit_cache")  # Backend.jit_cache: where in home its JIT's cubins are its own
         # "<prefix><function>_" of each built kernel made from one of the candidate's own kernel functions
         # (KernelImage.meta["stem"]), longest first
         self.stems = sorted(spec.get("build_kernel_stems") or [], key=len, reverse=True)
@@ -563,9 +564,11 @@ class Provenance:
             self.own.add(hashlib.sha256(data).hexdigest())  # as the observer hashes a loaded module
 
     def rescan(self) -> None:
-        if self.home is None:
+        """Hash the cubins the language's JIT wrote into its cache in the candidate's home: only there, so a
+        cubin of another toolchain (nvcc or Triton run by a CuTe DSL or cuda_ptx candidate) is not its own."""
+        if self.home is None or not self.jit_cache:
             return
-        for path in list(self.home.rglob("*.cubin"))[:2000]:
+        for path in list((self.home / self.jit_cache).rglob("*.cubin"))[:2000]:
             if str(path) not in self.scanned:
                 self.scanned.add(str(path))
                 self._add(path)
@@ -611,6 +614,11 @@ class Provenance:
                 raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]} ({why})")
             if k.module == MODULE_UNKNOWN and k.name in self.built:
                 continue
+            if (not self.kernels_on_disk and self.jit_prefix and k.name not in self.built
+                    and not k.name.startswith(self.jit_prefix) and not _UTILITY_KERNEL.search(k.name)):
+                raise Outcome("forbidden_call", f"at run time the candidate's process ran {k.name[:160]}, a kernel "
+                                                f"its language's JIT did not make (every kernel it makes is named "
+                                                f"{self.jit_prefix}...): another toolchain's code")
             if _UTILITY_KERNEL.search(k.name):
                 continue  # torch's own elementwise / fill / copy kernels (a scratch tensor, a zero_())
             if not self.kernels_on_disk:
