@@ -254,6 +254,11 @@ def test_report_shows_the_peer_column_and_not_run_with_the_reason(tmp_path):
         "not run (no peer timed: a verdict from before peers)"
     row = stats.set_index("task").loc["gemm"]
     assert row["best_peer_speedup"] == 1.25 and row["n_peer_speedup"] == 1
+    # "What was not run" lists each cell whose peers timed nothing, with the reason
+    nr = tables.not_run(ds)
+    peers = nr[nr["what"] == "peer"].set_index("task")["reason"].to_dict()
+    assert peers == {"attn_fwd": f"not run (FA4: {NOT_INSTALLED})",
+                     "attn_fwd_causal": "not run (no peer timed: a verdict from before peers)"}
     plot = plots.speedup_plot(stats, ds.archs(), ds.langs(), ds.tasks(), tmp_path / "best_speedup.png")
     assert plot.stat().st_size > 1000  # × vendor bars with the × best peer marker beside them
 

@@ -87,7 +87,9 @@ def test_instruction_mix_and_not_run(ds):
     assert tables.mix_class("HGMMA") == tables.mix_class("UTCHMMA") == "tensor core: wgmma / tcgen05"
     assert tables.mix_class("UTMALDG") == "TMA and bulk copies"
     nr = tables.not_run(ds)
-    assert set(nr.what) == {"runtime", "candidate", "run"}
+    assert set(nr.what) == {"runtime", "candidate", "run", "peer"}
+    # these records' timed verdicts predate peers: each such cell says so
+    assert (nr[nr.what == "peer"].reason == "not run (no peer timed: a verdict from before peers)").all()
     assert (nr[nr.what == "runtime"].reason == NOT_RUN).all()
     banners = tables.runtime_banners(ds)
     assert any("Blackwell runtime was not run (no sm_100a device)" in b for b in banners)

@@ -537,7 +537,7 @@ def instruction_mix(ds: Dataset) -> pd.DataFrame:
 
 def not_run(ds: Dataset) -> pd.DataFrame:
     """What was not run, and why: runtime on architectures without a device, missing expert solutions,
-    runs that never finished."""
+    runs that never finished, peers that timed no candidate of a cell (not installed, failed, turned off)."""
     rows = []
     stats = cell_stats(ds)
     for r in stats.itertuples(index=False):
@@ -548,6 +548,8 @@ def not_run(ds: Dataset) -> pd.DataFrame:
         elif r.n and not r.runtime_ran:
             rows.append({"what": "runtime", "task": r.task, "arch": r.arch, "lang": r.lang,
                          "reason": r.runtime_note or "not run"})
+        elif r.n and not r.n_peer_speedup and r.peer_note:
+            rows.append({"what": "peer", "task": r.task, "arch": r.arch, "lang": r.lang, "reason": r.peer_note})
         if r.unfinished:
             rows.append({"what": "run", "task": r.task, "arch": r.arch, "lang": r.lang,
                          "reason": f"{r.unfinished} sample run(s) not finished (re-run the same compare to resume)"})
