@@ -584,9 +584,10 @@ class Provenance:
         return not self.kernels_on_disk and not _UTILITY_KERNEL.search(k.name)
 
     def _chosen_part(self, name: str) -> str:
-        """The part of a run-time kernel name (one the build did not compile: another shape's specialisation)
-        that the vendor screen reads, for a language whose JIT keeps kernels in memory: after the stem of one of
-        the build's own kernel functions, else after the JIT's own prefix. Any other name is screened whole."""
+        """The part of a run-time kernel name that the vendor screen reads, for a language whose JIT keeps
+        kernels in memory (its names carry the JIT's prefix, the candidate's function and the static arguments
+        of each specialisation): after the stem of one of the candidate's own kernel functions, else after the
+        JIT's own prefix. Any other name is screened whole."""
         if self.kernels_on_disk:
             return name
         for stem in self.stems:
