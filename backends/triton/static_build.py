@@ -104,6 +104,20 @@ def _fake_device_properties(arch):
     )
 
 
+def compile_message(error: BaseException) -> str:
+    """A compile error with its causes: an error inside a function the kernel calls (a Gluon warp_specialize
+    partition, a @jit helper) is raised again at the call site, and the reason is only in the chain's last
+    link, so every link is shown, outermost first."""
+    parts, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error) if type(error).__name__ == "CompilationError" else f"{type(error).__name__}: {error}"
+        if text and text not in parts:
+            parts.append(text)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return "\n\n".join(parts)
+
+
 def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Path) -> dict:
     import torch
     import triton
@@ -141,7 +155,7 @@ def build(source: str, task_name: str, arch_name: str, shape: dict, out_dir: Pat
             return {"ok": False, "error": f"no entry point: define {task.contract.python_signature()}", "kernels": []}
         entry(*entry_arguments(task, shape, device="cpu"))
     except triton.CompilationError as e:
-        return {"ok": False, "error": str(e).replace(source, "candidate.py"), "kernels": []}
+        return {"ok": False, "error": compile_message(e).replace(source, "candidate.py"), "kernels": []}
     except Exception as e:  # noqa: BLE001 - the candidate's own failure, reported to the model
         return {"ok": False, "error": candidate_trace(e, {source}), "kernels": []}
     finally:
