@@ -402,7 +402,7 @@ def test_the_candidates_jail_hides_the_peers_libraries(monkeypatch, tmp_path):
     folders are an empty tmpfs in the candidate's jail (after the binds that bring a site folder back); the
     vendor's and the peers' own processes see them."""
     from xlang import sandbox
-    from xlang.backend import peer_library_folders
+    from xlang.task import peer_library_folders
 
     monkeypatch.setattr(sandbox, "level", lambda: "bwrap+uid")
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")

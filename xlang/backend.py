@@ -106,9 +106,10 @@ class Backend(ABC):
                 (Triton, Gluon: ".triton", where child_env points TRITON_CACHE_DIR); the judge takes a module
                 found on disk as the candidate's own only from its build or from there (None: its build only)
       jit_kernel_prefix  what the language's JIT puts before every kernel name it makes (CuTe DSL:
-                "kernel_cutlass_"); the judge reads a run-time name the build did not compile (another shape's
-                specialisation) after it, so the language's own word is not taken for a vendor's; the rest,
-                which the candidate's source chose, is still screened
+                "kernel_cutlass_"); for a JIT that keeps kernels in memory, every run-time kernel must carry it
+                (or be a torch utility) and the vendor screen reads its name after it (or after the stem of the
+                candidate's own kernel function, KernelImage.meta["stem"]), so the language's own word is not
+                taken for a vendor's; the rest, which the candidate's source chose, is still screened
     """
 
     name: str = ""
@@ -273,31 +274,12 @@ def check_static_build_report(data: dict) -> str | None:
     return None
 
 
-def peer_library_folders() -> list[Path]:
-    """The folders of every task's peer libraries (their top-level packages, found without importing them): a
-    candidate's jail hides them, so the public kernels we compare with can never be the candidate's answer."""
-    import importlib.util
-
-    from xlang.task import all_tasks
-
-    folders: set[Path] = set()
-    for task in all_tasks():
-        for peer in task.peers:
-            for module in peer.modules:
-                try:
-                    spec = importlib.util.find_spec(module.split(".")[0])
-                except (ImportError, ValueError):
-                    continue
-                for loc in (getattr(spec, "submodule_search_locations", None) or []) if spec else []:
-                    folders.add(Path(loc))
-    return sorted(folders)
-
-
 def run_build_child(module: str, source_path: Path, task, arch, shape: dict, workdir: Path, env: dict,
                     timeout_s: float, what: str) -> tuple[dict | None, str | None, str]:
     """Run a Python-hosted language's static build (MODULE.main(source, task, arch, shape_json, out_dir)) in a
     sandboxed child; it leaves OUT_DIR/static_build.json. Returns (that report, error, the child's stdout)."""
     from xlang.sandbox import Jail, inside, python_child, read_untrusted
+    from xlang.task import peer_library_folders
 
     timeout_s = min(timeout_s, _build_limit.get())  # the caller's limit (build --timeout) wins when lower
     # The candidate's Python runs here: jailed, with the build folder as its own HOME (its private JIT

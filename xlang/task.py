@@ -131,11 +131,33 @@ class Peer:
         for m in self.modules:
             importlib.import_module(m)
 
+    def folders(self) -> list[str]:
+        """The folders of the top-level packages of its modules, found without importing them (none when absent)."""
+        out = []
+        for m in self.modules:
+            try:
+                spec = _top_spec(m.split(".")[0])
+            except (ImportError, ValueError):
+                continue
+            out += list(getattr(spec, "submodule_search_locations", None) or []) if spec is not None else []
+        return out
+
+
+def peer_library_folders() -> list[Path]:
+    """The folders of every task's peer libraries: a candidate's jail hides them, so the public kernels we
+    compare with can never be the candidate's answer."""
+    return sorted({Path(f) for task in all_tasks() for peer in task.peers for f in peer.folders()})
+
+
+def _top_spec(top: str):
+    """The module spec of a top-level name, found on the path without running any package's __init__."""
+    return getattr(sys.modules[top], "__spec__", None) if top in sys.modules else importlib.util.find_spec(top)
+
 
 def _module_found(name: str) -> bool:
     """Whether `name` (dotted) can be imported, found on the path without running any package's __init__."""
     top, *rest = name.split(".")
-    spec = getattr(sys.modules[top], "__spec__", None) if top in sys.modules else importlib.util.find_spec(top)
+    spec = _top_spec(top)
     for part in rest:
         locations = getattr(spec, "submodule_search_locations", None) if spec is not None else None
         if not locations:

@@ -510,7 +510,8 @@ def _archive(workdir: Path, options: EvalOptions, label: str) -> None:
 def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
              options: EvalOptions | None = None) -> V.Verdict:
     """Judge a candidate (source text, a Path, or a BuildResult) for one task on one architecture."""
-    from xlang.backend import BuildResult, build_candidate, get_backend, peer_library_folders
+    from xlang.backend import BuildResult, build_candidate, get_backend
+    from xlang.task import peer_library_folders
 
     options = coerce_options(options)
     task, arch = _coerce(task, arch)
