@@ -415,3 +415,44 @@ def test_the_candidates_jail_hides_the_peers_libraries(monkeypatch, tmp_path):
     assert str(lib) not in sandbox.Jail(home=tmp_path / "home").command(["true"])
     # the folders are found from the tasks' peers without importing anything (none is installed in CI)
     assert all(p.is_dir() for p in peer_library_folders())
+
+
+# ---- who else held the GPU while the candidate was timed --------------------------------------------------
+def test_gpu_tenants_from_before_the_candidate_are_the_environments():
+    """A process that held the GPU before the candidate's runner started (same PID, same start time) cannot be
+    the candidate's: the run is not judged (harness_error), and the candidate is not blamed."""
+    from xlang.profiler.judge import foreign_gpu_work
+
+    me = 100
+    before = {100: "5", 200: "7"}
+    after = {100: "5", 200: "7", 300: "9", 301: "9"}
+    assert foreign_gpu_work(before, after, me) == ([200], [300, 301])
+
+
+def test_a_reused_pid_is_not_the_environments():
+    """The same PID with another start time is a new process: it counts against the candidate."""
+    from xlang.profiler.judge import foreign_gpu_work
+
+    assert foreign_gpu_work({200: "7"}, {200: "8", 300: "9"}, me=1) == ([], [200, 300])
+
+
+def test_without_a_snapshot_every_other_process_is_the_candidates_side():
+    from xlang.profiler.judge import foreign_gpu_work
+
+    assert foreign_gpu_work(None, {1: "1", 300: "9"}, me=1) == ([], [300])
+    assert foreign_gpu_work({2: "3"}, None, me=1) == ([], [])
+
+
+def test_process_start_time_names_one_process():
+    from xlang.profiler.judge import _started
+
+    mine = _started(os.getpid())
+    assert mine is not None and mine.isdigit()
+    assert _started(os.getpid()) == mine
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert _started(child.pid) is not None
+    finally:
+        child.kill()
+        child.wait()
+    assert _started(2 ** 22 + 12345) is None  # above pid_max: no such process

@@ -806,6 +806,31 @@ def _process_names(pids) -> str:
     return ", ".join(out)
 
 
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None where this namespace
+    does not show it: with the PID it names one process, not a later one that reuses the number."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def gpu_tenants(index: int = 0) -> dict[int, str | None] | None:
+    """{pid: start time} of the processes holding the GPU now (None without NVML)."""
+    pids = gpu_processes(index)
+    return None if pids is None else {p: _started(p) for p in pids}
+
+
+def foreign_gpu_work(before: dict | None, after: dict | None, me: int) -> tuple[list[int], list[int]]:
+    """(the environment's, the candidate's side's) processes on the GPU after the candidate was timed, besides
+    the judge. The environment's were there, the same processes, before the candidate's runner started: the
+    candidate cannot have made them, so they make the timing untrustworthy but are not its doing."""
+    after = {p: t for p, t in (after or {}).items() if p != me}
+    before = before or {}
+    env = sorted(p for p, t in after.items() if p in before and before[p] == t)
+    return env, sorted(p for p in after if p not in env)
+
+
 def run_check(ctx, progress) -> dict:
     spec, task = ctx["spec"], ctx["task"]
     observer = ctx.get("observer")
@@ -813,6 +838,7 @@ def run_check(ctx, progress) -> dict:
     vendor_runner = vendor_observer = None
     result: dict = {}
     try:
+        before = gpu_tenants(spec.get("gpu_index") or 0)  # before any process of the candidate exists
         runner.start(spec["hello"])
         timing = spec.get("timing") or {}
         if timing.get("enabled") and ctx["kind"] == "cuda":
@@ -827,9 +853,15 @@ def run_check(ctx, progress) -> dict:
             return result
         shape = spec["timed_shape"]
         cand = time_calls(ctx, runner, observer, prov, shape, progress, "candidate")
-        others = gpu_processes(spec.get("gpu_index") or 0)
-        extra = [p for p in (others or []) if p != os.getpid()]
+        tenants = gpu_tenants(spec.get("gpu_index") or 0)
+        others = None if tenants is None else sorted(tenants)
+        env, extra = foreign_gpu_work(before, tenants, os.getpid())
         # Only where NVML's PIDs are ours (it lists the judge itself): in a container they may be the host's.
+        if others and os.getpid() in others and env:
+            raise Outcome("harness_error", f"the GPU was not the judge's alone: {len(env)} processes held it from "
+                                           f"before the candidate started until after it was timed "
+                                           f"({_process_names(env)}); its timing would not be a fair one, so "
+                                           "this candidate was not judged")
         if others and os.getpid() in others and len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
             raise Outcome("forbidden_call", f"{len(extra)} processes besides the judge held the GPU while the "
                                             "candidate was timed: GPU work in a process the judge cannot observe "
