@@ -1,7 +1,19 @@
-# `ok` on the H200 (xlang compare, full verdicts, 2026-11-30, reports/h200-reference): attn_bwd 437 TFLOP/s,
-# 0.760x cuDNN backward; causal 352, 0.700x; D=64 + GQA (HKV 8 of 48) 0.588x; D=96 0.723x (the split expert it
-# replaced: 0.691x / 0.695x). Notes: tasks/attn_bwd/NOTES_cutedsl.md; CPU model:
-# tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py.
+# `ok` on the H200 (xlang compare, full verdicts, 2026-11-30, reports/h200-reference): attn_bwd 512 TFLOP/s,
+# 0.891x cuDNN backward (0.851x FA4); causal 420, 0.836x; D=96 0.840x. D=64 + GQA: correct in the probe (S=300,
+# H=2, HKV=1), its full verdict not taken (see NOTES). Notes: tasks/attn_bwd/NOTES_cutedsl.md; CPU models:
+# tasks/attn_bwd/verify/attn_bwd_cutedsl_ring_emulate.py (and attn_bwd_cutedsl_emulate.py, which it imports).
+# Second fused version ("v2", marked so below), from a SASS comparison with cuda_ptx_hopper.cu; against the first
+# (0.760x):
+#   1. the producer warp's 32 lanes stage LSE2 and Delta of the step's 64 query rows into the Q/dO ring slot and
+#      publish them with their own arrivals on the slot's full barrier (count 32; one elected lane adds the TMA
+#      bytes); the consumers read them from shared memory after the full-barrier wait (LSE2 right after the
+#      S^T / dP^T issue, Delta after P^T), before the slot's release: no per-step global loads (were 32 LDG per
+#      thread per step, the Delta ones exposed at L2 latency right before dS);
+#   2. S^T, dP^T and dQ wgmmas start with ACCUMULATE = False on their first k-block instead of a register fill:
+#      the 32-register zero fill of acc_dp between the S^T and dP^T groups made ptxas wait for S^T to complete
+#      (WARPGROUP.DEPBAR.LE gsb0, 0x0) before issuing dP^T; now 16 HGMMAs go out back to back, as in cuda_ptx;
+#   3. convert kernel: one 128-bit load per float4 and two bf16x2 32-bit stores (were 4 scalar loads, 4 u16
+#      stores).
 """Fused Hopper (sm_90a) attention backward in CuTe DSL for xlang's `attn_bwd` (CAUSAL = False) and
 `attn_bwd_causal` (this same file with CAUSAL = True). It replaced the split (FA2-style, 7-matmul)
 CuTe DSL expert; the algorithm is that of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu.
@@ -22,10 +34,12 @@ Design, top-down: 5 matmuls per tile instead of the split design's 7 (S and dP a
      * Warpgroup 0, producer (setmaxnreg 24): warp 0 loads K, V (128 x DP) once through a one-slot
        PipelineTmaAsync, then for step it (query head g = it // per_head, 64-row query block
        m = m_lo + it % per_head) the Q and dO tiles (64 x DP) into a STAGES-deep PipelineTmaAsync ring
-       (both tiles on the slot's barrier). As in the split expert's dK/dV kernel.
+       (both tiles on the slot's barrier) and (v2) LSE2 / Delta of the block's 64 rows into the slot's
+       sLse / sDlt (lane l: rows l, l + 32), each lane arriving on the slot's full barrier after its writes.
      * Warpgroups 1, 2, consumers (setmaxnreg 240), WG c in {0, 1} owning keys n0 + 64c .. +63; dK, dV in
        registers over all steps (GQA sum included). Per step (transposed orientation, keys = wgmma rows):
          S^T = K_c Q^T, dP^T = V_c dO^T    SS wgmma 64x64x16, two commit groups; wait(1) -> S^T
+         (v2: LSE2 of the thread's 16 query columns from the slot's sLse; Delta from sDlt after P^T)
          P^T = exp2(S^T scale log2e - LSE2), masked where key >= S or (causal) key > query -> bf16 regs
          wait(0) -> dP^T;  dS^T = P^T (dP^T - Delta) -> bf16 regs (the RS wgmma's A, no shuffles)
          dS^T (bf16) -> stmatrix into the shared dS^T buffer it & 1 ([128 keys][64 queries], 128B swizzle)
@@ -43,12 +57,15 @@ Design, top-down: 5 matmuls per tile instead of the split design's 7 (S and dP a
        reads K); dK * scale, dK, dV -> bf16 -> stmatrix into the K and V tiles (reused) -> fence -> barrier 1
        -> warp 4 issues the two TMA stores (clipped at S and D).
   3. `_convert_kernel`: dQ = scale * scratch, un-permuted from thread order to [B*H, S, D] bf16, rows < S and
-     columns < D only (one thread per float4 of the scratch).
+     columns < D only (one thread per float4 of the scratch; v2: 128-bit load, bf16x2 stores).
 
 Barrier protocol (the cuda_ptx fused kernel's, which ran correct on the H200)
-  * Q/dO ring: CuTe PipelineTmaAsync (full barrier: producer arrive + TMA bytes; empty barrier: one arrival per
-    consumer warp via consumer_release). A slot is released only after G1 (its last reader) completed: G1 is
-    committed before G2, so wait_group(1) after G2's commit implies G1 is done.
+  * Q/dO/LSE2/Delta ring: CuTe PipelineTmaAsync barriers (full barrier, v2: count 32 = the producer lanes'
+    arrivals, each after the lane's sLse / sDlt writes (release), plus the TMA bytes set by one elected lane's
+    expect_tx before the copies; empty barrier: one arrival per consumer warp via consumer_release). A slot is
+    released only after G1 (its last reader) completed and after the thread's sLse / sDlt reads (program order
+    before the release arrive): G1 is committed before G2, so wait_group(1) after G2's commit implies G1 is
+    done.
   * dS^T buffers: dS(it) is written by both WGs (stmatrix), fence.proxy.async, barrier 1, only then G2 is
     issued. A WG writes dS(it + 2) into the same buffer after passing barrier 1 of step it + 1, which the other
     WG reaches only after waiting its G2 of step it: two buffers and one barrier per step suffice.
@@ -66,7 +83,7 @@ tile read in both operand majors (same swizzled pointer, transposed layout), acc
 stmatrix + TMA-store epilogue, per-head [B*heads, S, D] TMA views (tails zero-filled per head). DP = 64 (D = 64)
 or 128 (D = 96, 128; columns 96..127 load as zeros and are never stored). One compile per (DP, CAUSAL).
 Shared memory, DP = 128: K + V 64 KiB, ring 2 x (Q + dO) 64 KiB, dS^T 2 x 16 KiB, dQ staging 2 x 16 KiB
-= 192 KiB; DP = 64: 32 + 3 x 16 + 32 + 2 x 8 = 128 KiB.
+= 192 KiB; DP = 64: 32 + 3 x 16 + 32 + 2 x 8 = 128 KiB; v2 adds STAGES x 512 B (sLse, sDlt).
 """
 
 import math
@@ -116,6 +133,21 @@ def _bulk_reduce_add_f32(gmem_addr, smem_addr, nbytes, *, loc=None, ip=None):
          cutlass.Int32(nbytes).ir_value(loc=loc, ip=ip)],
         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [$0], [$1], $2;",
         "l,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+
+
+@dsl_user_op
+def _st_global_bf16x2(gmem_addr, lo, hi, *, loc=None, ip=None):
+    """gmem[0] = bf16(lo), gmem[1] = bf16(hi) as one 32-bit store (v2: the convert kernel's stores)."""
+    llvm.inline_asm(
+        None,
+        [cutlass.Int64(gmem_addr).ir_value(loc=loc, ip=ip), cutlass.Float32(lo).ir_value(loc=loc, ip=ip),
+         cutlass.Float32(hi).ir_value(loc=loc, ip=ip)],
+        "{ .reg .b32 xl_pk; cvt.rn.bf16x2.f32 xl_pk, $2, $1; st.global.b32 [$0], xl_pk; }",
+        "l,f,f",
         has_side_effects=True,
         is_align_stack=False,
         asm_dialect=llvm.AsmDialect.AD_ATT,
@@ -249,6 +281,9 @@ def _fused_kernel(
         ACC, cute.make_layout((4, WG_THREADS, n_vec, 2), stride=(1, 4, 4 * WG_THREADS, half_floats)),
         byte_alignment=1024,
     )
+    # LSE2 and Delta of the slot's 64 query rows, written by the producer warp's lanes (v2).
+    sLse = smem.allocate_tensor(ACC, cute.make_layout((BM, stages)), byte_alignment=16)
+    sDlt = smem.allocate_tensor(ACC, cute.make_layout((BM, stages)), byte_alignment=16)
     # MN-major views: same swizzled pointers, transposed layouts.
     sQt = cute.make_tensor(sQ.iterator, row_lay_t.outer)     # (dp, 64, st)
     sdOt = cute.make_tensor(sdO.iterator, row_lay_t.outer)
@@ -258,13 +293,14 @@ def _fused_kernel(
     key_bytes = cute.size_in_bytes(AB, cute.slice_(key_lay, (None, None, 0)))
     row_bytes = cute.size_in_bytes(AB, cute.slice_(row_lay, (None, None, 0)))
     producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+    row_producers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)   # v2: the full barrier counts 32 lanes
     consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_THREADS // 32)
     kv_pipe = pipeline.PipelineTmaAsync.create(
         num_stages=1, producer_group=producer, consumer_group=consumers, tx_count=2 * key_bytes,
         barrier_storage=bar_kv,
     )
     row_pipe = pipeline.PipelineTmaAsync.create(
-        num_stages=stages, producer_group=producer, consumer_group=consumers, tx_count=2 * row_bytes,
+        num_stages=stages, producer_group=row_producers, consumer_group=consumers, tx_count=2 * row_bytes,
         barrier_storage=bar_row,
     )
 
@@ -272,6 +308,7 @@ def _fused_kernel(
         # ================================================================== producer warpgroup
         cute.arch.setmaxregister_decrease(PRODUCER_REGS)
         if warp_id == 0:
+            lane = tidx % 32
             gK = cute.local_tile(tK[(None, None, bkv)], (BN, dp), (None, 0))     # (128, dp, n_tiles)
             gV = cute.local_tile(tV[(None, None, bkv)], (BN, dp), (None, 0))
             k_dst, k_src = cpasync.tma_partition(
@@ -298,11 +335,21 @@ def _fused_kernel(
                 do_dst, do_src = cpasync.tma_partition(
                     tma_do, 0, cute.make_layout(1), cute.group_modes(sdO, 0, 2), cute.group_modes(gdO, 0, 2)
                 )
-                row_pipe.producer_acquire(row_put)
-                cute.copy(tma_q, q_src[(None, m)], q_dst[(None, row_put.index)],
-                          tma_bar_ptr=row_pipe.producer_get_barrier(row_put))
-                cute.copy(tma_do, do_src[(None, m)], do_dst[(None, row_put.index)],
-                          tma_bar_ptr=row_pipe.producer_get_barrier(row_put))
+                # v2: every lane waits for the slot to be free; one elected lane sets the TMA byte count and
+                # the elected TMA copies go out; then each lane copies LSE2 / Delta of rows lane and lane + 32
+                # (the prep kernel's padded scratch: +inf / 0 past S) into the slot and arrives (release: the
+                # full barrier's phase completes only after all 32 lanes' writes and the TMA bytes).
+                row_pipe.sync_object_empty.wait(row_put.index, row_put.phase)
+                full_bar = row_pipe.producer_get_barrier(row_put)
+                with cute.arch.elect_one():
+                    cute.arch.mbarrier_expect_tx(full_bar, 2 * row_bytes)
+                cute.copy(tma_q, q_src[(None, m)], q_dst[(None, row_put.index)], tma_bar_ptr=full_bar)
+                cute.copy(tma_do, do_src[(None, m)], do_dst[(None, row_put.index)], tma_bar_ptr=full_bar)
+                for h2 in cutlass.range_constexpr(2):
+                    r = lane + 32 * h2
+                    sLse[(r, row_put.index)] = mLse2[(bh, m * BM + r)]
+                    sDlt[(r, row_put.index)] = mDelta[(bh, m * BM + r)]
+                cute.arch.mbarrier_arrive(full_bar)
                 row_put.advance()
             row_pipe.producer_tail(row_put)
     else:
@@ -356,9 +403,7 @@ def _fused_kernel(
 
         acc_dk.fill(0.0)
         acc_dv.fill(0.0)
-        mma_s.set(warpgroup.Field.ACCUMULATE, True)
         mma_acc.set(warpgroup.Field.ACCUMULATE, True)
-        mma_dq.set(warpgroup.Field.ACCUMULATE, True)
 
         kv_get = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
         row_get = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
@@ -370,23 +415,25 @@ def _fused_kernel(
             bh = b * heads + kv * group + g
             q0 = m * BM
             buf = it % 2
-            # LSE * log2(e) of this thread's query columns (padded scratch: +inf past S); Delta is read
-            # after P^T (fewer live registers across the mask: the causal D = 128 build spilled otherwise)
-            for j in cutlass.range_constexpr(n_cols):
-                lse2[j] = mLse2[(bh, q0 + coord_s[(j % 2) + 4 * (j // 2)][1])]
-
             # ---------------- S^T = K_c Q^T (group 1), dP^T = V_c dO^T (group 2)
             row_pipe.consumer_wait(row_get)
             slot = row_get.index
-            acc_s.fill(0.0)
-            acc_dp.fill(0.0)
+            # v2: no register fill of acc_s / acc_dp: the first k-block overwrites (scale-d 0). The fill of
+            # acc_dp between the two groups made ptxas wait for S^T to finish before issuing dP^T.
             warpgroup.fence()
             for kb in cutlass.range_constexpr(s_kblocks):
+                mma_s.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(mma_s, acc_s, fK[(None, None, kb, 0)], fQ[(None, None, kb, slot)], acc_s)
             warpgroup.commit_group()
             for kb in cutlass.range_constexpr(s_kblocks):
+                mma_s.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(mma_s, acc_dp, fV[(None, None, kb, 0)], fdO[(None, None, kb, slot)], acc_dp)
             warpgroup.commit_group()
+            # v2: LSE * log2(e) of this thread's query columns from the slot (the producer staged them; read
+            # only after the full-barrier wait, and before the slot's release below). Delta is read after P^T
+            # (fewer live registers across the mask).
+            for j in cutlass.range_constexpr(n_cols):
+                lse2[j] = sLse[(coord_s[(j % 2) + 4 * (j // 2)][1], slot)]
             warpgroup.wait_group(1)              # S^T done; dP^T may still run
 
             # ---------------- P^T, masked only where this WG's keys hold a dead (key, query) pair
@@ -405,7 +452,7 @@ def _fused_kernel(
                         acc_s[i] = 0.0
             p_bf16.store(acc_s.load().to(AB))
             for j in cutlass.range_constexpr(n_cols):
-                dlt[j] = mDelta[(bh, q0 + coord_s[(j % 2) + 4 * (j // 2)][1])]     # 0 past S
+                dlt[j] = sDlt[(coord_s[(j % 2) + 4 * (j // 2)][1], slot)]     # 0 past S (v2: from the slot)
             warpgroup.wait_group(0)              # dP^T done
             # ---------------- dS^T = P^T (dP^T - Delta)
             for i in cutlass.range_constexpr(n_s):
@@ -427,9 +474,9 @@ def _fused_kernel(
             cute.arch.barrier(barrier_id=DS_BARRIER_ID, number_of_threads=CONSUMER_THREADS)
 
             # ---------------- G2: dQ_c = dS K[:, half cw] over the CTA's 128 keys
-            acc_dq.fill(0.0)
             warpgroup.fence()
             for kb in cutlass.range_constexpr(q_kblocks):
+                mma_dq.set(warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(mma_dq, acc_dq, fdSt[(None, None, kb, buf)], fKt[(None, None, kb)], acc_dq)
             warpgroup.commit_group()
             warpgroup.wait_group(1)              # G1 done: the Q / dO slot is no longer read
@@ -498,16 +545,15 @@ def _convert_kernel(mDqAcc: cute.Tensor, mdQ: cute.Tensor, n4: cutlass.Int32, se
         row = m * BM + 16 * (t // 32) + (t % 32) // 4
         col = c * (dp // 2) + 8 * v + 2 * (t % 4)
         if col < d:
-            x0 = mDqAcc[4 * idx] * scale
-            x1 = mDqAcc[4 * idx + 1] * scale
-            x2 = mDqAcc[4 * idx + 2] * scale
-            x3 = mDqAcc[4 * idx + 3] * scale
+            # v2: one 128-bit load of the float4 (a tile of 4 keeps the 16-byte alignment) and two 32-bit bf16x2
+            # stores (D is even, so a column pair never straddles the edge; the element offset is even)
+            x = cute.make_rmem_tensor((4,), ACC)
+            cute.autovec_copy(cute.local_tile(mDqAcc, (4,), (idx,)), x)
+            at = (cutlass.Int64(bh) * seqlen + row) * d + col
             if row < seqlen:
-                mdQ[(bh, row, col)] = x0.to(AB)
-                mdQ[(bh, row, col + 1)] = x1.to(AB)
+                _st_global_bf16x2((mdQ.iterator + at).toint(), x[0] * scale, x[1] * scale)
             if row + 8 < seqlen:
-                mdQ[(bh, row + 8, col)] = x2.to(AB)
-                mdQ[(bh, row + 8, col + 1)] = x3.to(AB)
+                _st_global_bf16x2((mdQ.iterator + (at + 8 * d)).toint(), x[2] * scale, x[3] * scale)
 
 
 # ---------------------------------------------------------------------------------------------------- host

@@ -1,6 +1,8 @@
-"""CPU model of tasks/attn_bwd/drafts/cutedsl_hopper_v2.py (the fused CuTe DSL Hopper backward with LSE2 / Delta
-staged in shared memory by the producer warp). NEVER RUN ON A GPU: a PASS shows that the draft's tile algorithm
-and its Q/dO/LSE2/Delta ring protocol agree with the rules modelled here, not that the kernel runs.
+"""CPU model of tasks/attn_bwd/solutions/cutedsl_hopper.py as it is now (its second fused version, "v2": LSE2 /
+Delta staged in shared memory by the producer warp). A PASS shows that the kernel's tile algorithm and its
+Q/dO/LSE2/Delta ring protocol agree with the rules modelled here, not that the kernel runs (it ran `ok` on the
+H200, 2026-11-30). attn_bwd_cutedsl_emulate.py models the first fused version (consumers reading LSE2 / Delta
+from global memory) and holds the parts both share.
 
 What is new against tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py (which this file imports: prep kernel,
 convert kernel, tile loads / stores, accumulator maps, the named-barrier model, the layout checks, the bug set):
@@ -14,9 +16,9 @@ convert kernel, tile loads / stores, accumulator maps, the named-barrier model, 
     slot's release: a slot released too early, or data read before it is published, shows as a wrong result.
 The two consumer warpgroups and the producer are separate actors run in a random interleaving (several seeds).
 
-    python3 tasks/attn_bwd/drafts/cutedsl_hopper_v2_emulate.py            # layouts + all cases; 0 = PASS
-    python3 tasks/attn_bwd/drafts/cutedsl_hopper_v2_emulate.py --bugs     # every injected bug must FAIL
-    python3 tasks/attn_bwd/drafts/cutedsl_hopper_v2_emulate.py --no-layouts
+    python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_ring_emulate.py            # layouts + all cases; 0 = PASS
+    python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_ring_emulate.py --bugs     # every injected bug must FAIL
+    python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_ring_emulate.py --no-layouts
 """
 import math
 import os
@@ -25,7 +27,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "verify"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attn_bwd_cutedsl_emulate as base  # noqa: E402
 from attn_bwd_cutedsl_emulate import BM, BN, BUGS, COL, JMAP, LOG2E, ROW, Barrier, bf16, load_tile  # noqa: E402
 
