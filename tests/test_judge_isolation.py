@@ -456,3 +456,40 @@ def test_process_start_time_names_one_process():
         child.kill()
         child.wait()
     assert _started(2 ** 22 + 12345) is None  # above pid_max: no such process
+
+
+# ---- a judge dies with its caller -------------------------------------------------------------------------
+_CHILD = ("import os, sys, time; from xlang.sandbox import die_with_parent; die_with_parent(int(sys.argv[1])); "
+          "print(os.getpid(), flush=True); time.sleep(60)")
+_PARENT = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(__import__('os')."
+           "getpid())], stdout=sys.stdout, start_new_session=True); time.sleep(60)")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_judge_dies_when_its_caller_is_killed():
+    """A judge runs in its own session; killing its caller (a timed-out `xlang eval` or test run) must still take
+    it down, or it keeps the GPU and the next evaluation shares it."""
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _CHILD], stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    os.kill(child_pid, 0)  # alive while its parent is
+    parent.kill()
+    parent.wait()
+    for _ in range(50):
+        try:
+            os.kill(child_pid, 0)
+        except ProcessLookupError:
+            return
+        try:  # a zombie until someone reaps it: dead is dead
+            if Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(0.1)
+    os.kill(child_pid, 9)
+    pytest.fail("the child outlived its killed parent")
+
+
+def test_a_judge_whose_caller_is_already_gone_exits():
+    not_the_parent = str(2 ** 22 + 12345)  # above Linux's pid_max: no process has it
+    out = subprocess.run([sys.executable, "-c", _CHILD, not_the_parent], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and out.stdout == ""

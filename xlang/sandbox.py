@@ -353,6 +353,24 @@ class _Tail:
         return bytes(self.data[-self.limit:]).decode("utf-8", "replace")
 
 
+def die_with_parent(parent_pid: int | None) -> None:
+    """Make this process die (SIGKILL) when its parent does; exit now if the parent is already gone. A judge
+    runs in a session of its own (so that its group can be killed whole), which also means that a killed
+    `xlang eval`, compare or test run would leave it holding the GPU with no one to report to; the next
+    evaluation on that GPU would then share it. Linux only (prctl PR_SET_PDEATHSIG); elsewhere nothing."""
+    if parent_pid is None or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # the parent died before the prctl: no signal will come
+        os._exit(1)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -125,7 +125,7 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict |
     stage_dir = workdir / stage
     stage_dir.mkdir(mode=0o700, exist_ok=True)
     spec = dict(spec, mode=spec.get("mode", stage), stage_dir=str(stage_dir),
-                out=str(stage_dir / "result.json"), progress=str(stage_dir / "progress.txt"))
+                out=str(stage_dir / "result.json"), progress=str(stage_dir / "progress.txt"), parent_pid=os.getpid())
     for key in ("out", "progress"):
         Path(spec[key]).unlink(missing_ok=True)
     spec_path = stage_dir / "spec.json"
