@@ -1,5 +1,6 @@
-// DRAFT v3 of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu. NEVER RUN ON A GPU (compiled only; CPU model:
-// tasks/attn_bwd/drafts/cuda_ptx_hopper_v3_emulate.py; see tasks/attn_bwd/drafts/README.md). Same contract, entry
+// DRAFT v3 of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu. Ran on the H200 (2026-11-30): correct, but slower than
+// the expert (do_bench 483 against 498 TFLOP/s; figures in tasks/attn_bwd/drafts/README.md), so not promoted. CPU model:
+// tasks/attn_bwd/drafts/cuda_ptx_hopper_v3_emulate.py; see tasks/attn_bwd/drafts/README.md. Same contract, entry
 // point, argument order and XL_CAUSAL switch as the expert; the delta, memset and convert passes are unchanged.
 //
 // Expert Hopper (sm_90a) attention backward for the xlang `attn_bwd` / `attn_bwd_causal` tasks.

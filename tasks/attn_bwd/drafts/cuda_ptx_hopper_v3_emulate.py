@@ -1,4 +1,4 @@
-"""CPU model of the DRAFT tasks/attn_bwd/drafts/cuda_ptx_hopper_v3.cu (NEVER run on a GPU), for checking its
+"""CPU model of the DRAFT tasks/attn_bwd/drafts/cuda_ptx_hopper_v3.cu (ran correct on the H200, not faster than the expert), for checking its
 index arithmetic and its new barrier protocol without a GPU.
 
 A PASS SHOWS THAT THE DRAFT'S INDEX ARITHMETIC AND BARRIER PROTOCOL AGREE WITH THE RULES MODELLED HERE, NOT

@@ -1,5 +1,6 @@
-// DRAFT v4 of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu. NEVER RUN ON A GPU (compiled only; CPU model:
-// tasks/attn_bwd/drafts/cuda_ptx_hopper_v4_emulate.py; analysis in tasks/attn_bwd/drafts/README.md). It is the
+// DRAFT v4 of tasks/attn_bwd/solutions/cuda_ptx_hopper.cu. Ran on the H200 (2026-11-30): correct, but slower than
+// the expert (harness 0.850x against 0.868x cuDNN; tasks/attn_bwd/drafts/README.md), so not promoted. CPU model:
+// tasks/attn_bwd/drafts/cuda_ptx_hopper_v4_emulate.py; analysis in tasks/attn_bwd/drafts/README.md. It is the
 // expert with two changes, each behind a compile-time switch (prepend a #define to A/B them); everything else,
 // including the contract, entry point, argument order and the XL_CAUSAL switch, is the expert's.
 //
