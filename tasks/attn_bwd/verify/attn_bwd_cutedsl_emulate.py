@@ -392,20 +392,24 @@ BUG_CASES = {
 }
 
 
-def main():
+def main(model_run=None, bug_cases=None, bug_scheds=(0, 1, 2)):
+    """The command line of this model and of the models that import it (attn_bwd_cutedsl_ring_emulate.py passes
+    its own run and bug table): layouts, then every case; or, with --bugs, every injected bug must fail."""
+    model_run = model_run or run
+    bug_cases = BUG_CASES if bug_cases is None else bug_cases
     args = sys.argv[1:]
     ok = True
     if "--no-layouts" not in args and "--bugs" not in args:
         ok &= check_layouts()
     if "--bugs" in args:
-        for bug, cases in BUG_CASES.items():
+        for bug, cases in bug_cases.items():
             BUGS.clear()
             BUGS.add(bug)
             caught = False
             for case in cases:
-                for sched in (0, 1, 2):
+                for sched in bug_scheds:
                     try:
-                        worst, _ = run(*case, sched_seed=sched)
+                        worst, _ = model_run(*case, sched_seed=sched)
                     except AssertionError:
                         worst = math.inf
                     caught |= worst > 0
@@ -417,7 +421,7 @@ def main():
     for case in CASES:
         B, H, HKV, S, D, causal, kind = case
         for sched in (0, 1):
-            worst, errs = run(B, H, HKV, S, D, causal, kind, sched_seed=sched)
+            worst, errs = model_run(B, H, HKV, S, D, causal, kind, sched_seed=sched)
             status = "ok" if worst <= 0 else "FAIL"
             ok &= worst <= 0
             print(f"{status:4} B={B} H={H} HKV={HKV} S={S} D={D} causal={causal} {kind:6} sched={sched} "

@@ -279,8 +279,6 @@ def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0):
     return worst, errs
 
 
-CASES = base.CASES
-
 # bug -> the cases it is checked on (it must FAIL on at least one, over the scheduling seeds)
 BUG_CASES = {
     "producer_arrive_before_write": [(1, 2, 1, 300, 64, False, "normal"), (1, 2, 1, 200, 128, False, "normal")],
@@ -293,37 +291,7 @@ BUG_CASES = {
 
 
 def main():
-    args = sys.argv[1:]
-    ok = True
-    if "--no-layouts" not in args and "--bugs" not in args:
-        ok &= base.check_layouts()
-    if "--bugs" in args:
-        for bug, cases in BUG_CASES.items():
-            BUGS.clear()
-            BUGS.add(bug)
-            caught = False
-            for case in cases:
-                for sched in (0, 1, 2, 3):
-                    try:
-                        worst, _ = run(*case, sched_seed=sched)
-                    except AssertionError:
-                        worst = math.inf
-                    caught |= worst > 0
-            ok &= caught
-            print(f"{'caught' if caught else 'MISSED':6} {bug}")
-        BUGS.clear()
-        print("bugs: PASS (every injected bug fails)" if ok else "bugs: FAIL (a bug went unnoticed)")
-        return 0 if ok else 1
-    for case in CASES:
-        B, H, HKV, S, D, causal, kind = case
-        for sched in (0, 1):
-            worst, errs = run(B, H, HKV, S, D, causal, kind, sched_seed=sched)
-            status = "ok" if worst <= 0 else "FAIL"
-            ok &= worst <= 0
-            print(f"{status:4} B={B} H={H} HKV={HKV} S={S} D={D} causal={causal} {kind:6} sched={sched} "
-                  f"worst margin {worst:+.4f} " + " ".join(f"max|{k}err| {v:.2e}" for k, v in errs.items()))
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return base.main(run, BUG_CASES, bug_scheds=(0, 1, 2, 3))
 
 
 if __name__ == "__main__":
