@@ -320,7 +320,10 @@ def convert_kernel(dq_acc, dq3, S, D, dp, scale):
         dq3[bh[ok], (row + dr)[ok], (col + dc)[ok]] = bf16(x[ok, j])
 
 
-def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0):
+def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0, cta=None):
+    """One case end to end: (worst margin against the tolerance, max |error| per output). cta: the model of one
+    CTA (default fused_cta; attn_bwd_cutedsl_ring_emulate.py passes its own, with the producer and the ring)."""
+    cta = cta or fused_cta
     sys.path.insert(0, ".")
     from tasks._attention import backward_inputs, backward_reference
 
@@ -348,8 +351,8 @@ def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0):
     ctas = [(n, bkv) for bkv in range(B * HKV) for n in range((S + BN - 1) // BN)]
     rng.shuffle(ctas)                                   # CTAs in any order (the reduce-adds commute)
     for n_blk, bkv in ctas:
-        fused_cta(n_blk, bkv, q3, k3, v3, do3, lse2_s, delta_s, dq_acc, dk3, dv3, H, HKV, S, dp, causal, scale,
-                  scale_log2, rng)
+        cta(n_blk, bkv, q3, k3, v3, do3, lse2_s, delta_s, dq_acc, dk3, dv3, H, HKV, S, dp, causal, scale,
+            scale_log2, rng)
     convert_kernel(dq_acc, dq3, S, D, dp, scale)
     tol = 2e-2 if causal else 1e-2
     worst = -math.inf

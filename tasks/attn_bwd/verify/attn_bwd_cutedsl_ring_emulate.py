@@ -20,16 +20,14 @@ The two consumer warpgroups and the producer are separate actors run in a random
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_ring_emulate.py --bugs     # every injected bug must FAIL
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_ring_emulate.py --no-layouts
 """
-import math
 import os
-import random
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attn_bwd_cutedsl_emulate as base  # noqa: E402
-from attn_bwd_cutedsl_emulate import BM, BN, BUGS, COL, JMAP, LOG2E, ROW, Barrier, bf16, load_tile  # noqa: E402
+from attn_bwd_cutedsl_emulate import BM, BN, BUGS, COL, JMAP, ROW, Barrier, bf16, load_tile  # noqa: E402
 
 
 class FullBarrier:
@@ -62,8 +60,10 @@ class EmptyBarrier:
             self.arrived, self.completed = 0, self.completed + 1
 
 
-def fused_cta(n_blk, bkv, q3, k3, v3, do3, lse2_g, delta_g, dq_acc, dk3, dv3, H, HKV, S, dp, stages, causal,
-              scale, scale_log2, rng):
+def fused_cta(n_blk, bkv, q3, k3, v3, do3, lse2_g, delta_g, dq_acc, dk3, dv3, H, HKV, S, dp, causal, scale,
+              scale_log2, rng):
+    """One CTA, as base.fused_cta is called (base.run drives both models)."""
+    stages = 3 if dp == 64 else 2                      # the kernel's _tile_config
     b, kv = bkv // HKV, bkv % HKV
     group = H // HKV
     n0 = n_blk * BN
@@ -236,47 +236,9 @@ def fused_cta(n_blk, bkv, q3, k3, v3, do3, lse2_g, delta_g, dq_acc, dk3, dv3, H,
 
 
 def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0):
-    sys.path.insert(0, ".")
-    from tasks._attention import backward_inputs, backward_reference
-
-    shape = dict(B=B, H=H, HKV=HKV, S=S, D=D)
-    inp = backward_inputs(shape, seed, "cpu", causal, kind)
-    ref = backward_reference(inp["dO"], inp["Q"], inp["K"], inp["V"], shape, causal)
-    dp = 64 if D <= 64 else 128
-    stages = 3 if dp == 64 else 2
-    scale = 1.0 / math.sqrt(D)
-    scale_log2 = scale * LOG2E
-    n_qblk = (S + BM - 1) // BM
-    seq_pad = n_qblk * BM
-    q3 = inp["Q"].view(B * H, S, D)
-    do3 = inp["dO"].view(B * H, S, D)
-    o3 = inp["O"].view(B * H, S, D)
-    k3 = inp["K"].view(B * HKV, S, D)
-    v3 = inp["V"].view(B * HKV, S, D)
-    lse = inp["LSE"].view(B * H, S).float()
-    dq_acc = torch.full((B * H * seq_pad * dp,), float("nan"))
-    delta_g, lse2_g = base.prep_kernel(o3, do3, lse, S, seq_pad, dq_acc, dp)
-    nan = float("nan")
-    dq3 = torch.full((B * H, S, D), nan)
-    dk3 = torch.full((B * HKV, S, D), nan)
-    dv3 = torch.full((B * HKV, S, D), nan)
-    rng = random.Random(sched_seed)
-    ctas = [(n, bkv) for bkv in range(B * HKV) for n in range((S + BN - 1) // BN)]
-    rng.shuffle(ctas)
-    for n_blk, bkv in ctas:
-        fused_cta(n_blk, bkv, q3, k3, v3, do3, lse2_g, delta_g, dq_acc, dk3, dv3, H, HKV, S, dp, stages, causal,
-                  scale, scale_log2, rng)
-    base.convert_kernel(dq_acc, dq3, S, D, dp, scale)
-    tol = 2e-2 if causal else 1e-2
-    worst = -math.inf
-    errs = {}
-    for name, got, want in (("dQ", dq3, ref["dQ"]), ("dK", dk3, ref["dK"]), ("dV", dv3, ref["dV"])):
-        want = want.reshape(got.shape).float()
-        excess = (got - want).abs() - (tol + tol * want.abs())
-        excess = torch.where(torch.isnan(got), torch.full_like(got, math.inf), excess)
-        worst = max(worst, excess.max().item())
-        errs[name] = (got - want).abs().nan_to_num(math.inf).max().item()
-    return worst, errs
+    """base.run (inputs, prep, CTAs in a random order, convert, the error against the reference) with this
+    model's CTA: the producer and the ring."""
+    return base.run(B, H, HKV, S, D, causal, kind, seed, sched_seed, cta=fused_cta)
 
 
 # bug -> the cases it is checked on (it must FAIL on at least one, over the scheduling seeds)
