@@ -857,12 +857,13 @@ def run_check(ctx, progress) -> dict:
         others = None if tenants is None else sorted(tenants)
         env, extra = foreign_gpu_work(before, tenants, os.getpid())
         # Only where NVML's PIDs are ours (it lists the judge itself): in a container they may be the host's.
-        if others and os.getpid() in others and env:
+        pids_ours = tenants is not None and os.getpid() in tenants
+        if pids_ours and env:
             raise Outcome("harness_error", f"the GPU was not the judge's alone: {len(env)} processes held it from "
                                            f"before the candidate started until after it was timed "
                                            f"({_process_names(env)}); its timing would not be a fair one, so "
                                            "this candidate was not judged")
-        if others and os.getpid() in others and len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
+        if pids_ours and len(extra) > 1:  # the runner is one process; another one on the GPU works for the candidate unseen
             raise Outcome("forbidden_call", f"{len(extra)} processes besides the judge held the GPU while the "
                                             "candidate was timed: GPU work in a process the judge cannot observe "
                                             f"({_process_names(extra)})")
