@@ -7,10 +7,12 @@ output the max error, the NaN count, the failing count and the worst margin agai
 cuBLAS) are checked the same way against the same fp32 reference: the yardstick for the tolerance. For a 4-D
 output [B, H, S, D] that fails, a map of the failing 16x16 blocks of the first and last head (rows down) shows a
 wrong descriptor or fragment map as a pattern. With --time it times the expert and the vendor with
-triton.testing.do_bench at the default shape (a quick figure, not the harness's method).
+triton.testing.do_bench at the default shape (a quick figure, not the harness's method). With --kernels it profiles
+single calls of the expert, the vendor and the task's installed peers at the default shape (torch.profiler, CUDA activity) and prints each
+kernel's duration and the idle gaps inside the call: where a call's span goes.
 
 Usage: python3 benchmarks/expert_probe.py LANG TASK [--shape default --shape S=300,D=96 ...] [--kinds normal,flat]
-       [--seeds 3] [--vendor] [--time]
+       [--seeds 3] [--vendor] [--time] [--kernels]
 """
 import argparse
 import itertools
@@ -68,6 +70,31 @@ def probe(task, entry, shape, kind, seed, vendor):
     return ok
 
 
+def kernel_breakdown(label, fn, calls=3):
+    """Per-kernel GPU time of single calls of fn (the fastest of `calls` by span): name, ms, and the idle time
+    between the call's kernels, so a span can be split into kernels and gaps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    best = None
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                       if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+        if spans and (best is None or spans[-1][1] - spans[0][0] < best[-1][1] - best[0][0]):
+            best = spans
+    if not best:
+        print(f"kernels {label}: no GPU activity recorded")
+        return
+    total = best[-1][1] - best[0][0]
+    busy = sum(e - s for s, e, _ in best)
+    print(f"kernels {label}: span {total / 1e3:.3f} ms, GPU busy {busy / 1e3:.3f} ms, idle {(total - busy) / 1e3:.3f} ms")
+    for s, e, name in best:
+        print(f"   {(e - s) / 1e3:8.3f} ms  at {(s - best[0][0]) / 1e3:7.3f}  {name[:110]}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("lang")
@@ -78,6 +105,7 @@ def main():
     p.add_argument("--kinds", default="normal", help="input kinds, comma-separated, or 'all' (the task's)")
     p.add_argument("--vendor", action="store_true", help="check the vendor baseline's error the same way")
     p.add_argument("--time", action="store_true")
+    p.add_argument("--kernels", action="store_true", help="per-kernel durations of one call, expert and vendor")
     a = p.parse_args()
     task, arch, backend = get_task(a.task), get_arch("h100"), get_backend(a.lang)
     text = open(a.file).read() if a.file else task.solution(a.lang, arch.generation, backend.suffix).text
@@ -98,7 +126,7 @@ def main():
                 if "CUDA" in str(e):
                     sys.exit(2)
                 failed += 1
-    if a.time:
+    if a.time or a.kernels:
         import triton
 
         shape = task.shape({})
@@ -107,9 +135,13 @@ def main():
         args = arguments(task, shape, {**inputs, **outputs})
         flops = task.flops(shape)
         base = task.baseline(inputs, shape)
-        for name, fn in (("expert", lambda: entry(*args)), ("vendor", base), ("expert", lambda: entry(*args))):
+        runs = (("expert", lambda: entry(*args)), ("vendor", base), ("expert", lambda: entry(*args)))
+        for name, fn in runs if a.time else ():
             ms = triton.testing.do_bench(fn, warmup=25, rep=200)
             print(f"time {name} {shape}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s")
+        peers = [(p.display, p.call(inputs, shape)) for p in task.peers if not p.missing()]
+        for name, fn in (runs[:2] + tuple(peers)) if a.kernels else ():
+            kernel_breakdown(name, fn)
     print(f"PROBE {a.lang} {a.task}: {'all correct' if not failed else f'{failed} failing'}")
     sys.exit(3 if failed else 0)
 

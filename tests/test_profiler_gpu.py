@@ -2,6 +2,8 @@
 category: the correct Triton and cuda_ptx GEMMs ok (HGMMA and UTMALDG executed, a speedup), and each
 deliberately broken one its own failure."""
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -114,3 +116,20 @@ def test_hang_is_timeout_and_next_candidate_runs():
     # The GPU is healthy afterwards: the next candidate is judged normally.
     v2 = _eval(KERNELS / "triton" / "gemm_tma.py", "triton", SMALL, memcheck=False, ncu=False)
     assert v2.category == V.OK, v2.detail
+
+
+_HOLDER = ("import time, torch; x = torch.ones(1, device='cuda'); torch.cuda.synchronize(); print('up', flush=True); "
+           "time.sleep(600)")
+
+
+def test_a_process_on_the_gpu_from_before_is_not_blamed_on_the_candidate():
+    """Another tenant that held the GPU before the candidate started (a leftover judge, another user) makes the
+    timing unfair: the candidate is not judged (the judge fails), rather than called forbidden for work it did not do."""
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "up"
+        with pytest.raises(RuntimeError, match="not the judge's alone"):
+            _eval(KERNELS / "triton" / "gemm_tma.py", "triton", SMALL, memcheck=False, ncu=False)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -9,6 +9,8 @@ confirmed them for its uses). New rules modelled here:
     on the absolute address (the same rule as the MN-major B; the DP = 64 dQ B operand starts +64 B inside a
     swizzle row, which this rule treats like the K-major +32 B k-step offsets);
   * st.shared.b32 of a bf16 pair (low half at the lower address) and st.shared.v4.f32;
+  * the prep kernel (Delta by DP/8 lanes per row, the dQ scratch zeroed block by block: it starts as NaN here)
+    and the convert kernel's quad shuffles (__shfl_sync from lane `quad | from`) and 16-byte stores;
   * cp.reduce.async.bulk .add.f32 (a flat smem -> gmem add of `bytes`), asynchronous until the issuing
     thread's wait_group(.read);
   * asynchrony: the producer warp and the two consumer warpgroups are separate actors, run in a random
@@ -320,23 +322,69 @@ def fused_cta(bx, by, maps, LSE, Delta, dq_acc, dK, dV, H, HKV, S, D, DP, causal
                     dV[at + e] = bf16(outs[cw]["dv"][ok, ii + e])
 
 
-def convert_kernel(acc, dQ, S, D, nqb, DP, scale):
+def prep_kernel(dO, O, rows, D, DP, acc):
+    """attn_bwd_prep_kernel: Delta = rowsum(dO * O) by DP/8 lanes per row (8 bf16 each, lanes past D/8 add 0,
+    butterfly over the row's lanes), and block b zeroing float4s [b * per, min((b + 1) * per, n4)) of acc."""
+    tpr = DP // 8
+    rpb = 256 // tpr
+    grid = (rows + rpb - 1) // rpb
     n4 = len(acc) // 4
-    idx = np.arange(n4)
-    bhm = idx // (16 * DP)
-    rem = idx - bhm * (16 * DP)
-    cc, r2 = rem // (8 * DP), rem % (8 * DP)
-    v, t = r2 // 128, r2 % 128
-    bh, m = bhm // nqb, bhm % nqb
-    row = m * BM + 16 * (t // 32) + (t % 32) // 4 + (8 if "convert_row8" in BUGS else 0)
-    col = cc * (DP // 2) + 8 * v + 2 * (t % 4)
+    per = (n4 + grid - 1) // grid if "prep_zero_short" not in BUGS else n4 // grid
+    z = np.arange(grid)[:, None] * per + np.arange(per)[None, :]
+    acc.reshape(-1, 4)[z[z < n4]] = 0.0
+    row = np.arange(rows)
+    part = np.zeros((rows, tpr), np.float32)
+    for lane in range(tpr):
+        if lane >= D // 8 and "prep_no_guard" not in BUGS:
+            continue
+        for e in range(0, 8, 2):  # the 4 bf16 pairs of the 16-byte load, in order (an unguarded lane runs on)
+            at = row * D + 8 * lane + e
+            ok = at + 1 < len(dO)
+            x0, x1 = np.where(ok, dO[np.minimum(at, len(dO) - 2)], 0), np.where(ok, dO[np.minimum(at + 1, len(dO) - 1)], 0)
+            y0, y1 = np.where(ok, O[np.minimum(at, len(O) - 2)], 0), np.where(ok, O[np.minimum(at + 1, len(O) - 1)], 0)
+            part[:, lane] = fmaf(x0.astype(np.float32), y0.astype(np.float32),
+                                 fmaf(x1.astype(np.float32), y1.astype(np.float32), part[:, lane]))
+    m = tpr // 2
+    while m:
+        part = (part + part[:, np.arange(tpr) ^ m]).astype(np.float32)
+        m //= 2
+    return part[:, 0].copy()
+
+
+def convert_kernel(acc, dQ, S, D, nqb, DP, scale):
+    """attn_bwd_dq_convert_kernel: thread p reads float4s v and v + 1 (v even) of its t, then the quad's lanes
+    trade bf16 pairs in 4 rounds (round j: lane q takes lane (q + j) & 3's value for q) and each lane stores
+    8 columns of one row: row r + 8 (q & 1), columns 8 (v + q / 2) ..."""
+    npairs = len(acc) // 8
+    assert npairs % 256 == 0
+    p = np.arange(npairs)
+    bhm = p // (8 * DP)
+    rem = p - bhm * (8 * DP)
+    c, r2 = rem // (4 * DP), rem % (4 * DP)
+    v, t = 2 * (r2 // 128), r2 % 128
+    at = bhm * (16 * DP) + c * (8 * DP) + v * 128 + t
     x = acc.reshape(-1, 4)
-    okc = col < D
-    for dr, (e0, e1) in ((0, (0, 1)), (8, (2, 3))):
-        ok = okc & (row + dr < S)
-        at = (bh * S + row + dr) * D + col
-        dQ[at[ok]] = bf16(x[ok, e0] * np.float32(scale))
-        dQ[at[ok] + 1] = bf16(x[ok, e1] * np.float32(scale))
+    xs, ys = x[at] * np.float32(scale), x[at + 128] * np.float32(scale)
+    mine = [(xs[:, 0], xs[:, 1]), (xs[:, 2], xs[:, 3]), (ys[:, 0], ys[:, 1]), (ys[:, 2], ys[:, 3])]
+    q = t & 3
+    quad = p - q
+    out = [[None, None] for _ in range(4)]
+    for j in range(4):
+        want, frm = (q - j) & 3, (q + j) & 3
+        send = [np.choose(want, [mine[k][e] for k in range(4)]) for e in range(2)]
+        got = [send[e][quad + frm] for e in range(2)]  # __shfl_sync from lane quad | from
+        place = frm if "convert_quad_order" not in BUGS else want
+        for k in range(4):
+            sel = place == k
+            for e in range(2):
+                out[k][e] = np.where(sel, got[e], out[k][e] if out[k][e] is not None else np.nan)
+    row = (bhm % nqb) * BM + 16 * (t // 32) + (t % 32) // 4 + 8 * (q & 1) + (8 if "convert_row8" in BUGS else 0)
+    col = c * (DP // 2) + 8 * (v + (q >> 1))
+    ok = (row < S) & (col < D)
+    base = ((bhm // nqb) * S + row) * D + col
+    for k in range(4):
+        for e in range(2):
+            dQ[base[ok] + 2 * k + e] = bf16(out[k][e][ok])
 
 
 def run(B, H, HKV, S, D, causal, seed=0):
@@ -378,8 +426,8 @@ def run(B, H, HKV, S, D, causal, seed=0):
     scale32 = np.float32(1.0) / np.sqrt(np.float32(D))
     scale_log2 = np.float32(scale32 * LOG2E)
     nqb = (S + BM - 1) // BM
-    dq_acc = np.zeros(B * H * nqb * BM * DP, np.float32)        # cudaMemsetAsync
-    Delta = E.delta_kernel(fdo, flat(O), B * H * S, D)
+    dq_acc = np.full(B * H * nqb * BM * DP, np.nan, np.float32)  # cudaMallocAsync: zeroed by the prep kernel
+    Delta = prep_kernel(fdo, flat(O), B * H * S, D, DP, dq_acc)
     sched = random.Random(seed * 7919 + S)
     for by in range(B * HKV):
         for bx in range((S + BN - 1) // BN):
@@ -417,6 +465,9 @@ BUG_CASES = {  # injected bug -> a case that must expose it
     "full_count": (1, 1, 1, 70, 64, False),
     "dq_n_offset": (1, 2, 1, 130, 64, False),
     "convert_row8": (1, 1, 1, 70, 128, False),
+    "convert_quad_order": (1, 1, 1, 70, 128, False),
+    "prep_zero_short": (1, 2, 1, 120, 128, False),
+    "prep_no_guard": (1, 2, 1, 200, 96, False),
     "causal_mlo": (1, 2, 1, 200, 96, True),
 }
 
