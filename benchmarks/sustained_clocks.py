@@ -1,0 +1,144 @@
+"""Does a kernel slow down under sustained load, and why? Times the task's expert, its vendor baseline and its
+installed peers at the default shape two ways, with NVML sampling the SM clock, the board power and the clock
+throttle reasons every few milliseconds:
+
+  cold       single calls after 0.5 s of idle GPU (CUDA events around the call, L2 flushed before it, the call's
+             host work done while a spinning kernel holds the start event back);
+  sustained  after --sustain-s of back-to-back calls (as the harness's warm-up does), --reps calls with the L2
+             flushed before each (CUDA events), the GPU kept busy in between (the host queues ahead, so
+             host work before a call's first kernel is not timed unless the host is the bottleneck).
+
+A kernel whose sustained time grows more than the others' while the SM clock drops and a power-cap reason is
+set is power-bound: its energy per call, not its instruction schedule alone, sets its speed under the harness.
+For explaining harness figures; the verdict is `xlang eval`'s.
+
+Usage: python3 benchmarks/sustained_clocks.py LANG TASK [--file FILE] [--sustain-s 1.0] [--reps 40]
+"""
+import argparse
+import statistics
+import threading
+import time
+
+import torch
+
+from xlang.archs import get_arch
+from xlang.backend import build_candidate, get_backend
+from xlang.candidate import allocate_outputs, arguments
+from xlang.task import get_task
+
+# nvmlClocksEventReasons bits (NVML's nvmlClocksThrottleReason* constants)
+REASONS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
+           0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks"}
+
+
+class Sampler:
+    """NVML samples (time, SM MHz, watts, throttle bits) in a thread until stopped."""
+
+    def __init__(self, index=0, period_s=0.002):
+        import pynvml
+
+        self.nvml, self.period = pynvml, period_s
+        pynvml.nvmlInit()
+        self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.samples, self._stop = [], threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        n, h = self.nvml, self.h
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                                 n.nvmlDeviceGetPowerUsage(h) / 1e3, n.nvmlDeviceGetCurrentClocksThrottleReasons(h)))
+            time.sleep(self.period)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def window(self, t0, t1):
+        return [s for s in self.samples if t0 <= s[0] <= t1]
+
+
+def summary(samples):
+    if not samples:
+        return "no NVML samples"
+    mhz, watts = [s[1] for s in samples], [s[2] for s in samples]
+    bits = 0
+    for s in samples:
+        bits |= s[3]
+    names = [name for bit, name in REASONS.items() if bits & bit] or ["none"]
+    return (f"SM {statistics.mean(mhz):.0f} MHz (min {min(mhz)}), power {statistics.mean(watts):.0f} W "
+            f"(max {max(watts):.0f}), reasons {'+'.join(names)}")
+
+
+def timed(fn, flush, lead_cycles=0):
+    """Events around one call, the L2 flushed before it. lead_cycles: a spinning kernel between the flush and the
+    start event, so that a call's host work before its first kernel (cuDNN's is about 0.9 ms) is done while the GPU
+    spins and is not timed (the harness's CUPTI span does not count it either)."""
+    flush.zero_()
+    if lead_cycles:
+        torch.cuda._sleep(lead_cycles)
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    return a, b
+
+
+def measure(name, fn, flush, sampler, sustain_s, reps):
+    cold = []
+    for _ in range(5):
+        torch.cuda.synchronize()
+        time.sleep(0.5)
+        a, b = timed(fn, flush, lead_cycles=4_000_000)  # ~2 ms at 1.98 GHz
+        torch.cuda.synchronize()
+        cold.append(a.elapsed_time(b))
+    t_end = time.perf_counter() + sustain_s
+    while time.perf_counter() < t_end:  # back to back: the host queues ahead, the GPU never idles
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    events = [timed(fn, flush) for _ in range(reps)]
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    hot = [a.elapsed_time(b) for a, b in events]
+    c, h = statistics.median(cold), statistics.median(hot)
+    print(f"{name:10s} cold {c:.3f} ms   sustained {h:.3f} ms   ({h / c - 1:+.1%})   while sustained: "
+          f"{summary(sampler.window(t0, t1))}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("lang")
+    p.add_argument("task")
+    p.add_argument("--file", help="a candidate file instead of the task's expert")
+    p.add_argument("--sustain-s", type=float, default=1.0)
+    p.add_argument("--reps", type=int, default=40)
+    a = p.parse_args()
+    task, arch, backend = get_task(a.task), get_arch("h100"), get_backend(a.lang)
+    text = open(a.file).read() if a.file else task.solution(a.lang, arch.generation, backend.suffix).text
+    shape = task.shape({})
+    build = build_candidate(text, a.lang, task, arch, shape)
+    if not build.ok:
+        raise SystemExit("build failed:\n" + (build.error or ""))
+    entry = backend.load_entry(build)
+    inputs = task.make_inputs(shape, 1, "cuda")
+    outputs = allocate_outputs(task, shape, "cuda")
+    args = arguments(task, shape, {**inputs, **outputs})
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.int8, device="cuda")
+    sides = [(a.lang, lambda: entry(*args)), ("vendor", task.baseline(inputs, shape))]
+    sides += [(peer.name, peer.call(inputs, shape)) for peer in task.peers if not peer.missing()]
+    for _, fn in sides:  # JIT, autotuning, module loads
+        fn()
+    torch.cuda.synchronize()
+    print(f"{task.name} {shape} on {torch.cuda.get_device_name()}; sustain {a.sustain_s} s, {a.reps} timed calls")
+    with Sampler() as sampler:
+        for name, fn in sides:
+            measure(name, fn, flush, sampler, a.sustain_s, a.reps)
+
+
+if __name__ == "__main__":
+    main()
