@@ -16,7 +16,6 @@ Usage: python3 benchmarks/sustained_clocks.py LANG TASK [--file FILE] [--sustain
 """
 import argparse
 import statistics
-import threading
 import time
 
 import torch
@@ -24,55 +23,8 @@ import torch
 from xlang.archs import get_arch
 from xlang.backend import build_candidate, get_backend
 from xlang.candidate import allocate_outputs, arguments
+from xlang.profiler.gpu import PowerSampler
 from xlang.task import get_task
-
-# nvmlClocksEventReasons bits (NVML's nvmlClocksThrottleReason* constants)
-REASONS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
-           0x40: "hw_thermal", 0x80: "hw_power_brake", 0x100: "display_clocks"}
-
-
-class Sampler:
-    """NVML samples (time, SM MHz, watts, throttle bits) in a thread until stopped."""
-
-    def __init__(self, index=0, period_s=0.002):
-        import pynvml
-
-        self.nvml, self.period = pynvml, period_s
-        pynvml.nvmlInit()
-        self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        self.samples, self._stop = [], threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        n, h = self.nvml, self.h
-        while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
-                                 n.nvmlDeviceGetPowerUsage(h) / 1e3, n.nvmlDeviceGetCurrentClocksThrottleReasons(h)))
-            time.sleep(self.period)
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
-
-    def window(self, t0, t1):
-        return [s for s in self.samples if t0 <= s[0] <= t1]
-
-
-def summary(samples):
-    if not samples:
-        return "no NVML samples"
-    mhz, watts = [s[1] for s in samples], [s[2] for s in samples]
-    bits = 0
-    for s in samples:
-        bits |= s[3]
-    names = [name for bit, name in REASONS.items() if bits & bit] or ["none"]
-    return (f"SM {statistics.mean(mhz):.0f} MHz (min {min(mhz)}), power {statistics.mean(watts):.0f} W "
-            f"(max {max(watts):.0f}), reasons {'+'.join(names)}")
-
 
 def timed(fn, flush, lead_cycles=0):
     """Events around one call, the L2 flushed before it. lead_cycles: a spinning kernel between the flush and the
@@ -88,7 +40,14 @@ def timed(fn, flush, lead_cycles=0):
     return a, b
 
 
-def measure(name, fn, flush, sampler, sustain_s, reps):
+def describe(power) -> str:
+    if not power:
+        return "no NVML samples"
+    return (f"SM {power['sm_clock_mhz']} MHz (min {power['sm_clock_min_mhz']}), power {power['power_w']:.0f} W "
+            f"(max {power['power_max_w']:.0f}), slowdown reasons: {'+'.join(power['throttle']) or 'none'}")
+
+
+def measure(name, fn, flush, sustain_s, reps):
     cold = []
     for _ in range(5):
         torch.cuda.synchronize()
@@ -99,15 +58,13 @@ def measure(name, fn, flush, sampler, sustain_s, reps):
     t_end = time.perf_counter() + sustain_s
     while time.perf_counter() < t_end:  # back to back: the host queues ahead, the GPU never idles
         fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    events = [timed(fn, flush) for _ in range(reps)]
-    torch.cuda.synchronize()
-    t1 = time.perf_counter()
+    with PowerSampler(period_s=0.002) as power:
+        events = [timed(fn, flush) for _ in range(reps)]
+        torch.cuda.synchronize()
     hot = [a.elapsed_time(b) for a, b in events]
     c, h = statistics.median(cold), statistics.median(hot)
     print(f"{name:10s} cold {c:.3f} ms   sustained {h:.3f} ms   ({h / c - 1:+.1%})   while sustained: "
-          f"{summary(sampler.window(t0, t1))}", flush=True)
+          f"{describe(power.summary())}", flush=True)
 
 
 def main():
@@ -135,9 +92,8 @@ def main():
         fn()
     torch.cuda.synchronize()
     print(f"{task.name} {shape} on {torch.cuda.get_device_name()}; sustain {a.sustain_s} s, {a.reps} timed calls")
-    with Sampler() as sampler:
-        for name, fn in sides:
-            measure(name, fn, flush, sampler, a.sustain_s, a.reps)
+    for name, fn in sides:
+        measure(name, fn, flush, a.sustain_s, a.reps)
 
 
 if __name__ == "__main__":

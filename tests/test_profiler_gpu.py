@@ -44,6 +44,9 @@ def _assert_ok_with_tc(v):
     assert v.executed_ok and v.correct and v.census_ok and v.isolation == "bwrap+uid"
     assert v.timing["method"] == "cupti_kernel_span"
     assert v.timing["speedup"] and v.timing["speedup"] > 0
+    for side in ("candidate_power", "baseline_power"):  # the card's clock and power while each side was timed
+        power = v.timing.get(side)
+        assert power and power["samples"] > 0 and 0 < power["sm_clock_min_mhz"] <= power["sm_clock_mhz"], (side, power)
     assert v.correctness["passed"] and len(v.correctness["shapes"]) >= 2
     assert v.memcheck["ran"] and v.memcheck["errors"] == 0
     fp = v.fingerprint

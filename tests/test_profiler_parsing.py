@@ -148,3 +148,35 @@ def test_nvidia_smi_parse():
 
     g = parse_nvidia_smi("0, NVIDIA H200, 9.0, 580.159.04, 1980, 3201, 1980, 3201, 143771\n")
     assert g[0]["compute_capability"] == 90 and g[0]["name"] == "NVIDIA H200" and g[0]["memory_mib"] == 143771
+
+
+# ---- the card's clock and power while a side is timed ---------------------------------------------------------
+
+def test_power_summary_names_slowdowns_and_averages():
+    from xlang.profiler.gpu import power_summary
+
+    # (SM MHz, W, NVML clock-event bits): 0x4 software power cap, 0x1 idle (not a slowdown), 0x40 hardware thermal
+    got = power_summary([(1980, 400.0, 0x1), (1776, 692.0, 0x4), (1650, 694.5, 0x4 | 0x40)])
+    assert got == {"sm_clock_mhz": 1802, "sm_clock_min_mhz": 1650, "power_w": 595.5, "power_max_w": 694.5,
+                   "throttle": ["sw_power_cap", "hw_thermal"], "samples": 3}
+    assert power_summary([]) is None
+
+
+def test_power_sampler_without_a_readable_gpu_records_nothing_and_does_not_fail():
+    import time
+
+    from xlang.profiler.gpu import PowerSampler, gpus
+
+    if any(g.get("compute_capability") for g in gpus()):
+        pytest.skip("a GPU answers here: the sampler would record it")
+    with PowerSampler(period_s=0.001) as p:
+        time.sleep(0.02)
+    assert p.summary() is None
+
+
+def test_eval_shows_each_sides_clock_and_power_while_timed():
+    from xlang.profiler.commands import power_cell
+
+    assert power_cell({"sm_clock_mhz": 1776, "power_w": 692.4, "throttle": ["sw_power_cap"]}) == "1776, 692 W, sw_power_cap"
+    assert power_cell({"sm_clock_mhz": 1980, "power_w": 350.0, "throttle": []}) == "1980, 350 W"
+    assert power_cell(None) == "-"

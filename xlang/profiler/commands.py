@@ -107,14 +107,14 @@ def print_verdict(v) -> None:
     if t.get("candidate"):
         table = Table(title=f"timing ({t['method']}, L2 flushed, shape "
                             f"{','.join(f'{a}={b}' for a, b in t['shape'].items())})")
-        for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s"):
+        for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s", "SM MHz, W while timed"):
             table.add_column(col, justify="right")
-        timed = [("candidate", t["candidate"], t.get("tflops")),
-                 (t.get("baseline_name", "baseline"), t["baseline"], t.get("baseline_tflops"))]
-        timed += [(p["display"], p["stats"], p.get("tflops")) for p in t.get("peers") or [] if p.get("ran")]
-        for label, s, tf in timed:
+        timed = [("candidate", t["candidate"], t.get("tflops"), t.get("candidate_power")),
+                 (t.get("baseline_name", "baseline"), t["baseline"], t.get("baseline_tflops"), t.get("baseline_power"))]
+        timed += [(p["display"], p["stats"], p.get("tflops"), p.get("power")) for p in t.get("peers") or [] if p.get("ran")]
+        for label, s, tf, pw in timed:
             table.add_row(label, f"{s['median_ms']:.4f}", f"{s['q20_ms']:.4f}-{s['q80_ms']:.4f}", f"{s['spread_pct']:.2f}",
-                          str(s["reps"]), f"{tf:.1f}" if tf else "-")
+                          str(s["reps"]), f"{tf:.1f}" if tf else "-", power_cell(pw))
         console.print(table)
         flag = "  [red]beyond roofline (suspicious)[/red]" if t.get("beyond_roofline") else ""
         if t.get("method") != "cupti_kernel_span":
@@ -136,6 +136,14 @@ def print_verdict(v) -> None:
                                                          ("triton", "triton")) if fp.get(key))
     parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]
     console.print("[dim]" + " · ".join(p for p in parts if p) + "[/dim]")
+
+
+def power_cell(power: dict | None) -> str:
+    """'1776, 692 W, sw_power_cap': the mean SM clock and board power while a side was timed (NVML), and the
+    slowdown reasons NVML gave; "-" where they were not recorded (no NVML, or a verdict from before they were)."""
+    if not power:
+        return "-"
+    return ", ".join([str(power["sm_clock_mhz"]), f"{power['power_w']:.0f} W"] + list(power.get("throttle") or []))
 
 
 def speedups_line(t: dict) -> str:

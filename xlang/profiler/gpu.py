@@ -100,6 +100,72 @@ def _nvml_clocks(pynvml, handle) -> dict:
     return out
 
 
+# NVML's clock-event (throttle) reason bits (nvmlClocksEventReason*; "idle" and the others left out are not slowdowns)
+THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                    0x80: "hw_power_brake"}
+
+
+def power_summary(samples: list[tuple[int, float, int]]) -> dict | None:
+    """(SM MHz, watts, throttle bits) samples -> SM clock mean / min, power mean / max, the slowdown reasons seen."""
+    if not samples:
+        return None
+    mhz, watts = [s[0] for s in samples], [s[1] for s in samples]
+    bits = 0
+    for s in samples:
+        bits |= s[2]
+    return {"sm_clock_mhz": round(sum(mhz) / len(mhz)), "sm_clock_min_mhz": min(mhz),
+            "power_w": round(sum(watts) / len(watts), 1), "power_max_w": round(max(watts), 1),
+            "throttle": [name for bit, name in THROTTLE_REASONS.items() if bits & bit], "samples": len(samples)}
+
+
+class PowerSampler:
+    """Samples the SM clock, board power and throttle reasons of GPU `index` (NVML's numbering) every `period_s`
+    in a thread, between __enter__ and __exit__. Under a power cap a kernel's speed depends on how hot the card
+    is; two sides timed the same way can still run at different clocks, and this records it. Without NVML (or on
+    any NVML error) it records nothing and `summary()` is None: it never fails the caller."""
+
+    def __init__(self, index: int = 0, period_s: float = 0.005):
+        import threading
+
+        self.index, self.period = index, period_s
+        self.samples: list[tuple[int, float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+        except Exception:  # noqa: BLE001 - no NVML here: nothing is recorded
+            return
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            while not self._stop.is_set():
+                self.samples.append((pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                                     pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0,
+                                     pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)))
+                self._stop.wait(self.period)
+        except Exception:  # noqa: BLE001 - a failing query ends the sampling; what was read stays
+            pass
+        finally:
+            try:
+                pynvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+    def summary(self) -> dict | None:
+        return power_summary(list(self.samples))
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -753,16 +753,22 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         for _ in range(warm):
             call.run(runner, _call_timeout(ctx, deadline))
         _flush(observer, prov)
-        for k in range(reps):
-            span, w, records = one(3 + k, check=k in verified)
-            spans.append(span)
-            wall.append(w)
+        from xlang.profiler.gpu import PowerSampler
+
+        # The card's clock and power while these calls are timed: under a power cap they decide a kernel's speed
+        # as much as its code does, and each side is timed at its own time.
+        with PowerSampler(ctx["spec"].get("gpu_index") or 0) as power:
+            for k in range(reps):
+                span, w, records = one(3 + k, check=k in verified)
+                spans.append(span)
+                wall.append(w)
         last_call = _own_names(records, prov)
     finally:
         call.close([runner])
     samples = spans if observer is not None else wall
     return {"stats": _stats(samples), "method": "cupti_kernel_span" if observer is not None else "wall_clock_ipc",
             "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall),
+            "power": power.summary(),
             "call_kernels": last_call if observer is not None else None,
             "first_call_kernels": first_call if observer is not None else None}
 
@@ -930,6 +936,7 @@ def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
         "method": cand["method"], "shape": shape, "seed": ctx["spec"]["timing"].get("seed"),
         "candidate_ms": c_ms, "baseline_ms": b_ms, "candidate": cand["stats"], "baseline": base["stats"],
         "candidate_wall": cand["wall_stats"], "baseline_wall": base["wall_stats"],
+        "candidate_power": cand.get("power"), "baseline_power": base.get("power"),
         "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"]},
         "baseline_name": task.baseline_name,
         "speedup": b_ms / c_ms if c_ms > 0 else None,
@@ -999,7 +1006,7 @@ def peer_record(task, shape: dict, peer: dict, timed: dict, candidate_ms: float,
             "tflops": _tflops(flops, ms),
             "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
             "method": timed["method"], "stats": timed["stats"], "wall_stats": timed.get("wall_stats"),
-            "alone": alone}
+            "power": timed.get("power"), "alone": alone}
 
 
 def best_peer(records: list[dict]) -> dict | None:
