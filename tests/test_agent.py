@@ -395,6 +395,31 @@ def test_no_peers_reaches_the_profiler_and_names_another_compare_run(tmp_path):
         cell_run_id(CompareConfig(peers=False, **base), "gemm", "triton", "h100")
 
 
+def test_timing_rest_reaches_the_profiler_and_names_another_compare_run(tmp_path):
+    """--timing-rest-ms (run and compare) reaches each verdict's options; a compare with it is another run (its
+    verdicts were timed another way), and without it the run names stay those of stores made before it."""
+    from xlang.agent.runtime import Runtime, register_runtime
+    from xlang.compare import CompareConfig, cell_run_id
+
+    seen = []
+
+    def evaluate(source, build, lang, task, arch, shape, options):
+        seen.append(options.get("timing_rest_ms"))
+        return V.Verdict(V.OK, lang=lang, task=task.name, arch=arch.name, runtime_ran=True,
+                         timing={"ms": 1.0, "tflops": 600.0, "speedup": 0.8})
+
+    register_runtime("fake-rest", lambda spec, arch: Runtime("fake-rest", True, evaluate=evaluate))
+    SCRIPTS["restrun"] = lambda turn, m: fenced("python", GOOD["triton"].read_text())
+    for rest in (0.0, 40.0):
+        run(RunConfig(task="gemm", lang="triton", arch="h100", model="xlangtest/restrun", turns=1,
+                      profiler="fake-rest", store=str(tmp_path / f"r{rest}.db"), run_id="p", timing_rest_ms=rest))
+    assert seen == [0.0, 40.0]
+    base = dict(archs=["h100"], langs=["triton"], store=str(tmp_path / "c.db"))
+    plain = cell_run_id(CompareConfig(**base), "gemm", "triton", "h100")
+    assert plain == cell_run_id(CompareConfig(timing_rest_ms=0.0, **base), "gemm", "triton", "h100")
+    assert plain != cell_run_id(CompareConfig(timing_rest_ms=40.0, **base), "gemm", "triton", "h100")
+
+
 def test_trajectory_command(tmp_path):
     from typer.testing import CliRunner
 

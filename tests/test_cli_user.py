@@ -328,6 +328,8 @@ def test_no_command_shows_a_traceback_for_bad_input(xlang, tmp_path, monkeypatch
         ["eval", tmp_path / "none.py", "-l", "triton", "-t", "gemm", "-a", "h100"],
         ["eval", "expert", "-l", "triton", "-t", "gemm"],
         ["eval", "expert", "-l", "triton", "-t", "gemm", "-a", "h100", "--trials", "0"],
+        ["eval", "expert", "-l", "triton", "-t", "gemm", "-a", "h100", "--timing-rest-ms", "-5"],
+        ["compare", "--arch", "h100", "--langs", "triton", "--timing-rest-ms", "5000", *s],
         ["run", "-t", "gemm", "-l", "triton", "-a", "h100", "-m", "reference", "--turns", "0", *s],
         ["run", "-t", "gemm", "-l", "triton", "-a", "h100", "-m", "reference", "--docs", "bogus", *s],
         ["run", "-t", "gemm", "-l", "triton", "-a", "h100", "-m", "openai/gpt-4o", *s],

@@ -119,7 +119,7 @@ FAKE_WORKER = (
     "                                            'shapes': [t[0] for t in spec['trials']], 'kinds': ['normal']}}\n"
     "if status == 'ok' and wait_at_gate(spec['timing'], lambda text: None):\n"
     "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS',\n"
-    "                     'started': time.time()}\n"
+    "                     'started': time.time(), 'rest_ms': spec['timing'].get('rest_ms')}\n"
     "json.dump(res, open(spec['out'], 'w'))\n"
 )
 
@@ -143,6 +143,16 @@ def _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch):
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
     return task, arch, build
+
+
+@pytest.mark.slow
+def test_timing_rest_reaches_the_judge(tmp_path, monkeypatch):
+    """EvalOptions.timing_rest_ms is in the judge's spec (the judge sleeps that long before each timed call of every
+    side: GPU-only, tests/test_profiler_gpu.py runs a full verdict); 0 when not asked for."""
+    task, arch, build = _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch)
+    opts = {"memcheck": False, "ncu": False, "extra_env": {"FAKE_STATUS": "ok"}, "seed": 5}
+    assert ev.evaluate(build, "triton", task, arch, options={**opts, "timing_rest_ms": 40}).timing["rest_ms"] == 40.0
+    assert ev.evaluate(build, "triton", task, arch, options=opts).timing["rest_ms"] == 0.0
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ class CompareConfig:
     context: str = "trimmed"
     target_speedup: float | None = None
     peers: bool = True  # time the tasks' peers in each verdict (--no-peers: the vendor only)
+    timing_rest_ms: float = 0.0  # idle GPU before each timed call, every side alike (EvalOptions.timing_rest_ms)
     ray: str | None = None  # --ray: "local" (start Ray here) or a cluster address; None: no Ray
 
 
@@ -103,7 +104,7 @@ def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
     # The loop's options name a different run only when set (so stores made before them still resume).
     for name, default in (("prompt_variants", None), ("context", "trimmed"), ("target_speedup", None),
-                          ("peers", True)):
+                          ("peers", True), ("timing_rest_ms", 0.0)):
         if getattr(cfg, name) != default:
             key[name] = getattr(cfg, name)
     if cfg.model == "reference":  # a new or changed expert solution is a new cell run; a missing one is re-checked
@@ -218,7 +219,7 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
                    temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
                    prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup,
-                   peers=cfg.peers)
+                   peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms)
     return run(rc, on_turn)
 
 

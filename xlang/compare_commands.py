@@ -52,6 +52,9 @@ def compare_command(
                                                         "instructions reaches this speedup"),
     no_peers: bool = typer.Option(False, "--no-peers", help="time only the vendor baseline, not the tasks' peers "
                                                             "(public kernels such as FA4, quack) in each verdict"),
+    timing_rest_ms: float = typer.Option(0.0, "--timing-rest-ms",
+                                         help="idle GPU time before each timed call, the same for every side "
+                                              "(ms; 0: none; a non-zero value names new cells)"),
 ):
     """Run the language × architecture matrix (resumable) and print the main table."""
     from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
@@ -59,13 +62,17 @@ def compare_command(
     from xlang.task import parse_shape
     from xlang.terminal import make_console
 
+    if not 0 <= timing_rest_ms <= 1000:
+        from xlang.errors import XlangError
+
+        raise XlangError("--timing-rest-ms must be between 0 and 1000")
     console = make_console(stderr=as_json)  # --json: the JSON alone on stdout
     cfg = CompareConfig(archs=split_list(arch), langs=split_list(langs), tasks=split_list(tasks) or None,
                         model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
                         profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
                         max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
                         prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
-                        peers=not no_peers)
+                        peers=not no_peers, timing_rest_ms=timing_rest_ms)
     result = run_compare(cfg, console)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
                                        f"samples {cfg.samples} · docs {cfg.docs}")

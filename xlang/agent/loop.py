@@ -55,6 +55,7 @@ class RunConfig:
     context: str = "trimmed"  # xlang.agent.prompt.CONTEXT_POLICIES
     target_speedup: float | None = None  # stop a sample once correct with the target instructions at this speedup
     peers: bool = True  # time the task's peers (public kernels) beside the vendor in each runtime verdict
+    timing_rest_ms: float = 0.0  # idle GPU before each timed call, every side alike (EvalOptions.timing_rest_ms)
     notes: str = "none"  # fix notes after a failed turn: none | bm25 | bm25+kernel (xlang.fixit.notes)
     notes_store: str | None = None  # the notes (JSONL, `xlang fixit export` writes notes.jsonl)
     notes_k: int = 3  # notes retrieved per failed turn
@@ -182,7 +183,8 @@ class Run:
                 config={"stop_on_ok": cfg.stop_on_ok, "max_cost": cfg.max_cost, "concurrency": cfg.concurrency,
                         "required": list(self.required), "runtime": self.runtime.name,
                         "runtime_note": self.runtime.note, "prompt_variants": list(self.variants),
-                        "target_speedup": cfg.target_speedup, "peers": cfg.peers, **self.source.config(),
+                        "target_speedup": cfg.target_speedup, "peers": cfg.peers,
+                        "timing_rest_ms": cfg.timing_rest_ms, **self.source.config(),
                         **({"notes_store": str(Path(cfg.notes_store).resolve()), "notes_k": cfg.notes_k,
                             "notes_count": len(self.notes.notes)} if self.notes else {})},
                 versions=_versions(self.source), context=cfg.context, notes_level=cfg.notes)
@@ -271,7 +273,7 @@ class Run:
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
             j = judge(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
-                      {"seed": seed, "no_peers": not cfg.peers})
+                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms})
             v = j.verdict
             key = F.rank_key(v.category, v.speedup, v.to_dict())
             if best is None or key < best_key:

@@ -36,6 +36,9 @@ def eval_command(
     no_peers: bool = typer.Option(False, "--no-peers", help="time only the vendor baseline, not the task's peers "
                                                             "(FA4, quack: public kernels, when installed)"),
     trials: int = typer.Option(2, help="correctness trials per shape (fresh inputs each; the value kinds cycle)"),
+    timing_rest_ms: float = typer.Option(0.0, "--timing-rest-ms",
+                                         help="idle GPU time before each timed call, the same for every side "
+                                              "(ms; 0: none): evens out the power state each side's calls start in"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: random, recorded in the verdict)"),
     timeout: float = typer.Option(300.0, help="wall-clock limit of each worker stage, seconds"),
     workdir: Optional[Path] = typer.Option(None, help="keep the build, logs and tool outputs here"),
@@ -51,6 +54,8 @@ def eval_command(
         raise XlangError(f"no such file: {file}")
     if trials < 1:
         raise XlangError("--trials must be at least 1")
+    if not 0 <= timing_rest_ms <= 1000:
+        raise XlangError("--timing-rest-ms must be between 0 and 1000")
     backend = get_backend(lang)
     task_obj = get_task(task)
     if arch == "auto":
@@ -69,7 +74,7 @@ def eval_command(
     shape_obj = task_obj.shape(parse_shape(shape))
     required = parse_required(arch_obj, require, task_obj.required_for(arch_obj))
     options = EvalOptions(memcheck=not no_memcheck, ncu=not no_ncu, timing=not no_timing, peers=not no_peers,
-                          trials=trials, seed=seed,
+                          trials=trials, seed=seed, timing_rest_ms=timing_rest_ms,
                           require=required, check_timeout_s=timeout, memcheck_timeout_s=timeout,
                           ncu_timeout_s=timeout, workdir=workdir, fixed=tuple(parse_shape(shape)), label=f"{task}-{lang}-expert" if expert else file.stem)
     v = evaluate(candidate, lang, task_obj, arch_obj, shape_obj, options)
@@ -105,7 +110,8 @@ def print_verdict(v) -> None:
         console.print(table)
     t = v.timing or {}
     if t.get("candidate"):
-        table = Table(title=f"timing ({t['method']}, L2 flushed, shape "
+        rest = f", {t['rest_ms']:g} ms idle before each call" if t.get("rest_ms") else ""
+        table = Table(title=f"timing ({t['method']}, L2 flushed{rest}, shape "
                             f"{','.join(f'{a}={b}' for a, b in t['shape'].items())})")
         for col in ("", "median ms", "q20-q80 ms", "spread %", "reps", "TFLOP/s", "SM MHz, W while timed"):
             table.add_column(col, justify="right")

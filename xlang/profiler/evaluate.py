@@ -85,6 +85,11 @@ class EvalOptions:
     memcheck_timeout_s: float = 300.0
     ncu_timeout_s: float = 300.0
     timing_budget_s: float = 0.6  # GPU time per timed function (candidate, baseline, each peer)
+    # Idle GPU time before each timed call, after its inputs and the L2 flush, the same for every side (ms). On a
+    # power-capped card a kernel's clock depends on how long the GPU rested before it, and a side whose call
+    # spends host time before its first kernel (cuDNN's backward: ~0.9 ms) rests longer unasked; a rest much
+    # longer than that evens it out. 0: none (the timing of the published harness-3 figures).
+    timing_rest_ms: float = 0.0
     # The task's peers (public kernels, Task.peers) timed after the vendor when installed; each within its own
     # budget (its process's start, its package's import and JIT, its calls), which the check stage's limit adds.
     peers: bool = True
@@ -626,7 +631,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
         "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed,
-                   "peer_budget_s": options.peer_timeout_s},
+                   "peer_budget_s": options.peer_timeout_s, "rest_ms": float(options.timing_rest_ms)},
         "peers": peer_specs(task, options) if options.timing else [],
         "call_timeout_s": options.check_timeout_s,
     }

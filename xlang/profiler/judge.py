@@ -714,6 +714,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
                                 2 * torch.cuda.get_device_properties(0).L2_cache_size)), dtype=torch.int8,
                         device="cuda")
     seed0 = int(timing.get("seed", 20_261_129))
+    rest_s = max(0.0, float(timing.get("rest_ms") or 0.0)) / 1e3  # EvalOptions.timing_rest_ms: every side alike
     call = Call(ctx, shape)
     wall, spans = [], []
 
@@ -722,6 +723,8 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         call.fill(inputs)
         flush.zero_()
         torch.cuda.synchronize()
+        if rest_s:
+            time.sleep(rest_s)
         t0 = time.perf_counter()
         call.run(runner, _call_timeout(ctx, deadline))
         records = _flush(observer, prov)
@@ -937,6 +940,7 @@ def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
         "candidate_ms": c_ms, "baseline_ms": b_ms, "candidate": cand["stats"], "baseline": base["stats"],
         "candidate_wall": cand["wall_stats"], "baseline_wall": base["wall_stats"],
         "candidate_power": cand.get("power"), "baseline_power": base.get("power"),
+        "rest_ms": ctx["spec"]["timing"].get("rest_ms", 0.0),
         "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"]},
         "baseline_name": task.baseline_name,
         "speedup": b_ms / c_ms if c_ms > 0 else None,
