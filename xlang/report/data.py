@@ -30,7 +30,7 @@ RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit
                "context", "notes", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
                 "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "peer_speedup",
-                "peer_note", "tflops",
+                "peer_note", "tflops", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms",
                 "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "detail"]
 # What a report can group by and filter on (run columns), with the names the command line also accepts.
 AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
@@ -140,6 +140,10 @@ def _turn_row(run: dict, turn: dict) -> dict:
         "peer_speedup": sc["peer_speedup"],
         "peer_note": peer_note(v) if sc["correct"] else "",  # why a timed, correct candidate has no peer speedup
         "tflops": timing.get("tflops") if sc["correct"] else None,
+        # the card's mean SM clock while the candidate and the vendor were timed (None before it was recorded)
+        "sm_clock_mhz": (timing.get("candidate_power") or {}).get("sm_clock_mhz"),
+        "vendor_sm_clock_mhz": (timing.get("baseline_power") or {}).get("sm_clock_mhz"),
+        "timing_rest_ms": timing.get("rest_ms"),
         "prompt_tokens": turn.get("prompt_tokens"), "completion_tokens": turn.get("completion_tokens"),
         "reasoning_tokens": turn.get("reasoning_tokens"), "total_tokens": turn.get("total_tokens"),
         "cost_usd": turn.get("cost_usd"),
@@ -195,6 +199,7 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
     if not turns_df.empty:
         turns_df["speedup"] = pd.to_numeric(turns_df["speedup"], errors="coerce")
         turns_df["peer_speedup"] = pd.to_numeric(turns_df["peer_speedup"], errors="coerce")
-        for col in ("tflops", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd"):
+        for col in ("tflops", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "prompt_tokens",
+                    "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd"):
             turns_df[col] = pd.to_numeric(turns_df[col], errors="coerce")
     return Dataset(runs_df, turns_df, opcodes, envs, source)
