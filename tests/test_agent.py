@@ -371,53 +371,47 @@ def test_pluggable_runtime_reaches_ok(tmp_path):
         assert "600 TFLOP/s" in t[0]["feedback"] and "faster" in t[0]["feedback"]
 
 
-def test_no_peers_reaches_the_profiler_and_names_another_compare_run(tmp_path):
-    """--no-peers (run and compare) asks each verdict for the vendor only; a compare with it is another run (its
-    verdicts hold no peer timings), so it never resumes into a store's run that has them."""
+def _profiler_options_seen(tmp_path, option: str, name: str, values) -> list:
+    """Runs one turn per value of RunConfig.<name> through a fake runtime; what the profiler's options held for
+    `option` each time."""
     from xlang.agent.runtime import Runtime, register_runtime
-    from xlang.compare import CompareConfig, cell_run_id
 
     seen = []
 
     def evaluate(source, build, lang, task, arch, shape, options):
-        seen.append(options.get("no_peers"))
+        seen.append(options.get(option))
         return V.Verdict(V.OK, lang=lang, task=task.name, arch=arch.name, runtime_ran=True,
                          timing={"ms": 1.0, "tflops": 600.0, "speedup": 0.8})
 
-    register_runtime("fake-peers", lambda spec, arch: Runtime("fake-peers", True, evaluate=evaluate))
-    SCRIPTS["peersrun"] = lambda turn, m: fenced("python", GOOD["triton"].read_text())
-    for peers in (True, False):
-        run(RunConfig(task="gemm", lang="triton", arch="h100", model="xlangtest/peersrun", turns=1,
-                      profiler="fake-peers", store=str(tmp_path / f"r{peers}.db"), run_id="p", peers=peers))
-    assert seen == [False, True]
-    base = dict(archs=["h100"], langs=["triton"], store=str(tmp_path / "c.db"))
-    assert cell_run_id(CompareConfig(**base), "gemm", "triton", "h100") != \
-        cell_run_id(CompareConfig(peers=False, **base), "gemm", "triton", "h100")
+    register_runtime(f"fake-{name}", lambda spec, arch: Runtime(f"fake-{name}", True, evaluate=evaluate))
+    SCRIPTS[f"{name}run"] = lambda turn, m: fenced("python", GOOD["triton"].read_text())
+    for value in values:
+        run(RunConfig(task="gemm", lang="triton", arch="h100", model=f"xlangtest/{name}run", turns=1,
+                      profiler=f"fake-{name}", store=str(tmp_path / f"{name}{value}.db"), run_id="p",
+                      **{name: value}))
+    return seen
+
+
+def _compare_run_id(tmp_path, **options) -> str:
+    from xlang.compare import CompareConfig, cell_run_id
+
+    return cell_run_id(CompareConfig(archs=["h100"], langs=["triton"], store=str(tmp_path / "c.db"), **options),
+                       "gemm", "triton", "h100")
+
+
+def test_no_peers_reaches_the_profiler_and_names_another_compare_run(tmp_path):
+    """--no-peers (run and compare) asks each verdict for the vendor only; a compare with it is another run (its
+    verdicts hold no peer timings), so it never resumes into a store's run that has them."""
+    assert _profiler_options_seen(tmp_path, "no_peers", "peers", (True, False)) == [False, True]
+    assert _compare_run_id(tmp_path) != _compare_run_id(tmp_path, peers=False)
 
 
 def test_timing_rest_reaches_the_profiler_and_names_another_compare_run(tmp_path):
     """--timing-rest-ms (run and compare) reaches each verdict's options; a compare with it is another run (its
     verdicts were timed another way), and without it the run names stay those of stores made before it."""
-    from xlang.agent.runtime import Runtime, register_runtime
-    from xlang.compare import CompareConfig, cell_run_id
-
-    seen = []
-
-    def evaluate(source, build, lang, task, arch, shape, options):
-        seen.append(options.get("timing_rest_ms"))
-        return V.Verdict(V.OK, lang=lang, task=task.name, arch=arch.name, runtime_ran=True,
-                         timing={"ms": 1.0, "tflops": 600.0, "speedup": 0.8})
-
-    register_runtime("fake-rest", lambda spec, arch: Runtime("fake-rest", True, evaluate=evaluate))
-    SCRIPTS["restrun"] = lambda turn, m: fenced("python", GOOD["triton"].read_text())
-    for rest in (0.0, 40.0):
-        run(RunConfig(task="gemm", lang="triton", arch="h100", model="xlangtest/restrun", turns=1,
-                      profiler="fake-rest", store=str(tmp_path / f"r{rest}.db"), run_id="p", timing_rest_ms=rest))
-    assert seen == [0.0, 40.0]
-    base = dict(archs=["h100"], langs=["triton"], store=str(tmp_path / "c.db"))
-    plain = cell_run_id(CompareConfig(**base), "gemm", "triton", "h100")
-    assert plain == cell_run_id(CompareConfig(timing_rest_ms=0.0, **base), "gemm", "triton", "h100")
-    assert plain != cell_run_id(CompareConfig(timing_rest_ms=40.0, **base), "gemm", "triton", "h100")
+    assert _profiler_options_seen(tmp_path, "timing_rest_ms", "timing_rest_ms", (0.0, 40.0)) == [0.0, 40.0]
+    assert _compare_run_id(tmp_path) == _compare_run_id(tmp_path, timing_rest_ms=0.0)
+    assert _compare_run_id(tmp_path) != _compare_run_id(tmp_path, timing_rest_ms=40.0)
 
 
 def test_trajectory_command(tmp_path):
