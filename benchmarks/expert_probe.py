@@ -20,8 +20,7 @@ import sys
 
 import torch
 
-from xlang.archs import get_arch
-from xlang.backend import build_candidate, get_backend
+from expert_module import build_entry, default_shape_calls
 from xlang.candidate import allocate_outputs, arguments
 from xlang.task import get_task, parse_shape
 
@@ -107,15 +106,10 @@ def main():
     p.add_argument("--time", action="store_true")
     p.add_argument("--kernels", action="store_true", help="per-kernel durations of one call, expert and vendor")
     a = p.parse_args()
-    task, arch, backend = get_task(a.task), get_arch("h100"), get_backend(a.lang)
-    text = open(a.file).read() if a.file else task.solution(a.lang, arch.generation, backend.suffix).text
+    task = get_task(a.task)
     shapes = [task.shape({} if s == "default" else parse_shape(s)) for s in a.shape] or [task.shape({})]
     kinds = task.input_kinds if a.kinds == "all" else a.kinds.split(",")
-    build = build_candidate(text, a.lang, task, arch, shapes[0])
-    if not build.ok:
-        print("build failed:\n" + (build.error or ""))
-        sys.exit(1)
-    entry = backend.load_entry(build)
+    entry = build_entry(a.lang, task, a.file, shapes[0])
     failed = 0
     for n, shape in enumerate(shapes):
         for kind, seed in itertools.product(kinds, range(a.seeds)):
@@ -129,18 +123,12 @@ def main():
     if a.time or a.kernels:
         import triton
 
-        shape = task.shape({})
-        inputs = task.make_inputs(shape, 1, "cuda")
-        outputs = allocate_outputs(task, shape, "cuda")
-        args = arguments(task, shape, {**inputs, **outputs})
+        calls, shape = default_shape_calls(task, entry)
         flops = task.flops(shape)
-        base = task.baseline(inputs, shape)
-        runs = (("expert", lambda: entry(*args)), ("vendor", base), ("expert", lambda: entry(*args)))
-        for name, fn in runs if a.time else ():
+        for name, fn in calls[:2] + calls[:1] if a.time else ():  # the expert again after the vendor
             ms = triton.testing.do_bench(fn, warmup=25, rep=200)
             print(f"time {name} {shape}: {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s")
-        peers = [(p.display, p.call(inputs, shape)) for p in task.peers if not p.missing()]
-        for name, fn in (runs[:2] + tuple(peers)) if a.kernels else ():
+        for name, fn in calls if a.kernels else ():
             kernel_breakdown(name, fn)
     print(f"PROBE {a.lang} {a.task}: {'all correct' if not failed else f'{failed} failing'}")
     sys.exit(3 if failed else 0)

@@ -20,9 +20,7 @@ import time
 
 import torch
 
-from xlang.archs import get_arch
-from xlang.backend import build_candidate, get_backend
-from xlang.candidate import allocate_outputs, arguments
+from expert_module import build_entry, default_shape_calls
 from xlang.profiler.gpu import PowerSampler
 from xlang.task import get_task
 
@@ -75,19 +73,9 @@ def main():
     p.add_argument("--sustain-s", type=float, default=1.0)
     p.add_argument("--reps", type=int, default=40)
     a = p.parse_args()
-    task, arch, backend = get_task(a.task), get_arch("h100"), get_backend(a.lang)
-    text = open(a.file).read() if a.file else task.solution(a.lang, arch.generation, backend.suffix).text
-    shape = task.shape({})
-    build = build_candidate(text, a.lang, task, arch, shape)
-    if not build.ok:
-        raise SystemExit("build failed:\n" + (build.error or ""))
-    entry = backend.load_entry(build)
-    inputs = task.make_inputs(shape, 1, "cuda")
-    outputs = allocate_outputs(task, shape, "cuda")
-    args = arguments(task, shape, {**inputs, **outputs})
+    task = get_task(a.task)
+    sides, shape = default_shape_calls(task, build_entry(a.lang, task, a.file), label=a.lang)
     flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.int8, device="cuda")
-    sides = [(a.lang, lambda: entry(*args)), ("vendor", task.baseline(inputs, shape))]
-    sides += [(peer.name, peer.call(inputs, shape)) for peer in task.peers if not peer.missing()]
     for _, fn in sides:  # JIT, autotuning, module loads
         fn()
     torch.cuda.synchronize()
