@@ -139,3 +139,15 @@ def test_readme_command_then_sigkill_and_resume(tmp_path):
     _finish(proc)
     html = (tmp_path / "rep" / "index.html").read_text()
     assert "Blackwell runtime was not run" in html and NOT_RUN in html
+
+
+def test_a_new_harness_names_new_cell_runs(monkeypatch):
+    """Verdicts of a harness that times differently are not resumed as if they were the new one's."""
+    import xlang
+
+    cfg = validate(CompareConfig(archs=["h100"], langs=["triton"], tasks=["gemm"]))
+    now = cell_run_id(cfg, "gemm", "triton", "h100")
+    monkeypatch.setattr(xlang, "HARNESS_VERSION", "3")
+    before = cell_run_id(cfg, "gemm", "triton", "h100")
+    monkeypatch.setattr(xlang, "HARNESS_VERSION", "5")
+    assert len({now, before, cell_run_id(cfg, "gemm", "triton", "h100")}) == 3

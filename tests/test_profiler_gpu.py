@@ -47,6 +47,11 @@ def _assert_ok_with_tc(v):
     for side in ("candidate_power", "baseline_power"):  # the card's clock and power while each side was timed
         power = v.timing.get(side)
         assert power and power["samples"] > 0 and 0 < power["sm_clock_min_mhz"] <= power["sm_clock_mhz"], (side, power)
+    for side in ("candidate", "baseline"):  # where a timed call's span went: its kernels and the idle between them
+        profile = v.timing.get(side + "_profile")
+        assert profile and profile["activities"] and profile["calls"] > 0, (side, profile)
+        busy = sum(a["median_ms"] for a in profile["activities"])
+        assert 0 < busy <= v.timing[side]["max_ms"] * 1.5 and profile["idle_ms"] >= 0, (side, profile)
     assert v.correctness["passed"] and len(v.correctness["shapes"]) >= 2
     assert v.memcheck["ran"] and v.memcheck["errors"] == 0
     fp = v.fingerprint

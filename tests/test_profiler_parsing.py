@@ -180,3 +180,75 @@ def test_eval_shows_each_sides_clock_and_power_while_timed():
     assert power_cell({"sm_clock_mhz": 1776, "power_w": 692.4, "throttle": ["sw_power_cap"]}) == "1776, 692 W, sw_power_cap"
     assert power_cell({"sm_clock_mhz": 1980, "power_w": 350.0, "throttle": []}) == "1980, 350 W"
     assert power_cell(None) == "-"
+
+
+def _kernel(start, end, name):
+    from xlang.profiler.observer import KernelRecord
+
+    return KernelRecord(start, end, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, "m", name)
+
+
+def test_a_calls_profile_lists_its_activities_and_the_idle_time_between_them():
+    from xlang.profiler.observer import SetRecord, activities
+
+    # memset 10-100, kernel a 300-1300, kernel b on another stream 1200-1500 (overlaps a), kernel c 2000-2100
+    records = [_kernel(300, 1300, "a"), SetRecord(10, 100, 0, 1, 7, 2, 64), _kernel(2000, 2100, "c"),
+               _kernel(1200, 1500, "b")]
+    assert activities(records) == [("memset", 0, 90), ("a", 200, 1000), ("b", 0, 300), ("c", 500, 100)]
+
+
+def test_call_profile_takes_medians_over_calls_with_the_last_calls_activities():
+    from xlang.profiler.judge import call_profile
+
+    profiles = [[("a", 0, 1_000_000), ("b", 100_000, 3_000_000)],
+                [("a", 0, 2_000_000), ("b", 300_000, 5_000_000)],
+                [("x", 0, 9_000_000), ("y", 200_000, 1)],  # another sequence: its durations are not mixed in
+                [("a", 0, 3_000_000), ("b", 500_000, 4_000_000)]]
+    profile = call_profile(profiles)
+    assert profile == {"activities": [{"name": "a", "idle_before_ms": 0.0, "median_ms": 2.0},
+                                      {"name": "b", "idle_before_ms": 0.3, "median_ms": 4.0}],
+                       "idle_ms": 0.25, "calls": 3}
+
+
+def test_eval_prints_a_calls_profile_with_short_names():
+    from xlang.profiler.commands import profile_line
+
+    long = "_ZN5hbwd222attn_bwd_fused_kernelILi128ELb0EEEv14CUtensorMap_stS0_S0_S0_PKfS2_Pf"
+    line = profile_line({"activities": [{"name": "prep(int)", "idle_before_ms": 0.0, "median_ms": 0.1914},
+                                        {"name": long, "idle_before_ms": 0.65, "median_ms": 7.075}],
+                         "idle_ms": 0.6512, "calls": 80})
+    assert line == "prep 0.191 · (idle 0.650) _ZN5hbwd222attn_bwd_fused_kernelILi12... 7.075 ms; idle in all 0.651 ms"
+
+
+def _one_block(start, end, name):
+    from xlang.profiler.observer import KernelRecord
+
+    return KernelRecord(start, end, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, "m", name)
+
+
+FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)"
+
+
+def test_the_runners_primer_is_left_out_of_a_timed_calls_span():
+    from xlang.profiler.judge import without_primer
+    from xlang.profiler.observer import span
+
+    primer, work = _one_block(1_000, 3_000, FILL), [_kernel(900_000, 2_000_000, "prep"), _kernel(2_000_100, 9_000_000, "main")]
+    assert without_primer([primer, *work]) == work
+    assert span(without_primer([primer, *work])) == 9_000_000 - 900_000
+
+
+def test_only_a_short_one_block_utility_kernel_first_and_alone_counts_as_the_primer():
+    from xlang.profiler.judge import without_primer
+
+    work = [_kernel(900_000, 2_000_000, "prep")]
+    not_primers = [
+        _one_block(1_000, 50_000, FILL),                  # longer than 20 us: real work
+        _one_block(1_000, 3_000, "my_first_kernel"),      # not a utility kernel
+        _one_block(1_000, 950_000, FILL),                 # overlaps the next activity (and too long)
+    ]
+    for first in not_primers:
+        assert without_primer([first, *work]) == [first, *work], first
+    late = _one_block(2_500_000, 2_502_000, FILL)  # a fill after the call's first activity is the call's own
+    assert without_primer([*work, late]) == [*work, late]
+    assert without_primer([]) == []

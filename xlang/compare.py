@@ -107,6 +107,10 @@ def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
                           ("peers", True), ("timing_rest_ms", 0.0)):
         if getattr(cfg, name) != default:
             key[name] = getattr(cfg, name)
+    from xlang import HARNESS_VERSION
+
+    if HARNESS_VERSION != "3":  # another harness measures differently: its verdicts are new runs (ids of 3 unchanged)
+        key["harness"] = HARNESS_VERSION
     if cfg.model == "reference":  # a new or changed expert solution is a new cell run; a missing one is re-checked
         key["solution"] = _solution_digest(task, lang, arch)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]

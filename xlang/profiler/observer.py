@@ -272,6 +272,20 @@ def span(records) -> int:
     return max(r.end for r in timed) - min(r.start for r in timed)
 
 
+def activities(records) -> list[tuple[str, int, int]]:
+    """Where one call's span goes: its kernels, copies and sets in start order as (label, ns of the span before it
+    in which nothing ran, its duration ns). The idle ns add up to the span minus the time something ran: launch
+    gaps, host work between launches."""
+    timed = sorted((r for r in records if isinstance(r, (KernelRecord, CopyRecord, SetRecord))), key=lambda r: r.start)
+    labels = {"C": "memcpy", "S": "memset"}
+    listed, reach = [], None
+    for r in timed:  # reach: the latest end so far (kernels of other streams may overlap)
+        idle = 0 if reach is None else max(0, r.start - reach)
+        listed.append((labels.get(r.kind) or r.name, idle, r.end - r.start))
+        reach = r.end if reach is None else max(reach, r.end)
+    return listed
+
+
 def kernels(records) -> list[KernelRecord]:
     return [r for r in records if isinstance(r, KernelRecord)]
 
