@@ -434,16 +434,22 @@ def test_report_command_renders_every_table(store, tmp_path):
 
 
 def test_turn_rows_carry_the_clock_each_side_was_timed_at():
-    """The report's turn data keeps the card's SM clock while the candidate and the vendor were timed, and the
-    idle before each timed call; verdicts from before these were recorded give empty cells, not errors."""
+    """The report's turn data keeps the card's SM clock while the candidate and the vendor were timed, the idle
+    before each timed call, the idle inside a call's span and the harness version; verdicts from before these were
+    recorded give empty cells, not errors."""
     from xlang.report.data import _turn_row
 
     run = {"run_id": "r", "task": "attn_bwd", "lang": "cuda_ptx", "arch": "h100"}
     timing = {"speedup": 0.89, "tflops": 521.0, "rest_ms": 50.0,
-              "candidate_power": {"sm_clock_mhz": 1776, "power_w": 692.0}, "baseline_power": {"sm_clock_mhz": 1696}}
+              "candidate_power": {"sm_clock_mhz": 1776, "power_w": 692.0}, "baseline_power": {"sm_clock_mhz": 1696},
+              "candidate_profile": {"activities": [], "idle_ms": 0.002, "calls": 80},
+              "baseline_profile": {"activities": [], "idle_ms": 0.067, "calls": 83}}
     verdict = {"category": "ok", "compiled": True, "census_ok": True, "executed_ok": True, "runtime_ran": True,
-               "correct": True, "timing": timing}
+               "correct": True, "timing": timing, "fingerprint": {"harness_version": "4"}}
     row = _turn_row(run, {"turn": 1, "verdict": verdict})
     assert (row["sm_clock_mhz"], row["vendor_sm_clock_mhz"], row["timing_rest_ms"]) == (1776, 1696, 50.0)
-    old = _turn_row(run, {"turn": 1, "verdict": {**verdict, "timing": {"speedup": 0.89, "tflops": 521.0}}})
+    assert (row["idle_ms"], row["vendor_idle_ms"], row["harness"]) == (0.002, 0.067, "4")
+    old = _turn_row(run, {"turn": 1, "verdict": {**verdict, "timing": {"speedup": 0.89, "tflops": 521.0},
+                                                 "fingerprint": {"harness_version": "3"}}})
     assert (old["sm_clock_mhz"], old["vendor_sm_clock_mhz"], old["timing_rest_ms"]) == (None, None, None)
+    assert (old["idle_ms"], old["vendor_idle_ms"], old["harness"]) == (None, None, "3")

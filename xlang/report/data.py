@@ -144,6 +144,11 @@ def _turn_row(run: dict, turn: dict) -> dict:
         "sm_clock_mhz": (timing.get("candidate_power") or {}).get("sm_clock_mhz"),
         "vendor_sm_clock_mhz": (timing.get("baseline_power") or {}).get("sm_clock_mhz"),
         "timing_rest_ms": timing.get("rest_ms"),
+        # the GPU idle inside a timed call's span (median; None before call profiles were recorded), and the
+        # harness that timed it (harness 4 leaves the observer's stall out of the span)
+        "idle_ms": (timing.get("candidate_profile") or {}).get("idle_ms"),
+        "vendor_idle_ms": (timing.get("baseline_profile") or {}).get("idle_ms"),
+        "harness": str((v.get("fingerprint") or {}).get("harness_version") or ""),
         "prompt_tokens": turn.get("prompt_tokens"), "completion_tokens": turn.get("completion_tokens"),
         "reasoning_tokens": turn.get("reasoning_tokens"), "total_tokens": turn.get("total_tokens"),
         "cost_usd": turn.get("cost_usd"),
