@@ -11,6 +11,7 @@
 # ARCHS (default h100,b200): b200 is compile + census only, so it may as well be run on a CPU box beside this.
 # RESUME=DIR: start from DIR's results-*.db and variants/*.db (a previous call's; compare skips stored cells).
 # TASKS_A / TASKS_B: one side's tasks ("-": that side runs only the variants of its languages).
+# GPUS=1: on the single-GPU nvidia-h200, the two sides run one after the other on GPU 0.
 set -u
 B=${BUDGET_S:-540}
 START=$(date +%s)
@@ -41,9 +42,14 @@ side() {  # side GPU LANGS NAME TASKS ("-": no main compare on this side, only t
     echo "variant $v rc $?" >> $R/variants/compare-$name-${v//[=,]/_}.log
   done
 }
-side 0 ${LANGS_A:-triton,gluon} a ${TASKS_A:-$TASKS} &
-side 1 ${LANGS_B:-cuda_ptx,cutedsl} b ${TASKS_B:-$TASKS} &
-wait
+if [ "${GPUS:-2}" = 1 ]; then  # one GPU: one side after the other (side by side they would share it while timed)
+  side 0 ${LANGS_A:-triton,gluon} a ${TASKS_A:-$TASKS}
+  side 0 ${LANGS_B:-cuda_ptx,cutedsl} b ${TASKS_B:-$TASKS}
+else
+  side 0 ${LANGS_A:-triton,gluon} a ${TASKS_A:-$TASKS} &
+  side 1 ${LANGS_B:-cuda_ptx,cutedsl} b ${TASKS_B:-$TASKS} &
+  wait
+fi
 python3 -m xlang report --store $(ls $R/results-*.db | paste -sd,) --out $R/report > $R/report.log 2>&1
 for f in $R/compare-*.log; do echo "== $f"; tail -n 30 $f; done
 tail -n 5 $R/report.log; ls $R/variants
