@@ -33,6 +33,8 @@ H200), threads inside one warpgroup (lockstep here), proxy fences, summation ord
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py            # layouts + all cases; 0 = PASS
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --bugs     # every injected bug must FAIL
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --no-layouts
+    python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --no-layouts --side v3   # the v3 draft's side
+                                                                          # kernels (prep, convert) instead
 """
 import math
 import random
@@ -162,6 +164,75 @@ def prep_kernel(o3, do3, lse, S, seq_pad, dq_acc, dp):
     delta[:, S:] = 0.0
     lse2[:, S:] = math.inf     # (0 would also be harmless: Q and dO rows past S load as zeros, so dS = 0)
     return delta, lse2
+
+
+# The side kernels of tasks/attn_bwd/drafts/cutedsl_hopper_v3.py (`--side v3`; the default models the expert's):
+# a prep whose lanes < D/8 read 8 bf16 each and whose lanes < DP/4 zero 4 floats each, and a convert in which a
+# thread reads the float4s v and v+1 of its t and the 4 lanes of a quad trade bf16 pairs by shuffles so that each
+# lane stores 8 bf16 of one row. Transliterated per lane, shuffles included.
+SIDE = {"kernels": "v2"}
+
+
+def prep_kernel_v3(o3, do3, lse, S, seq_pad, dq_acc, dp):
+    rows, d = o3.shape[0], o3.shape[2]
+    o_flat, do_flat = o3.reshape(-1).float(), do3.reshape(-1).float()
+    load_lanes = d // 8 - (1 if "prep_v3_load_lanes_short" in BUGS else 0)
+    zero_lanes = dp // 4 - (1 if "prep_v3_zero_lanes_short" in BUGS else 0)
+    delta = torch.full((rows, seq_pad), float("nan"))
+    lse2 = torch.full((rows, seq_pad), float("nan"))
+    bh, row = torch.meshgrid(torch.arange(rows), torch.arange(S), indexing="ij")
+    acc = torch.zeros(rows, S)
+    for lane in range(load_lanes):                     # lane's 16-byte loads: tile k8 of 8 elements
+        k8 = (bh * S + row) * (d // 8) + lane
+        at = 8 * k8[..., None] + torch.arange(8)
+        acc += (o_flat[at] * do_flat[at]).sum(-1)
+    delta[:, :S] = acc
+    lse2[:, :S] = lse * LOG2E
+    delta[:, S:] = 0.0
+    lse2[:, S:] = math.inf
+    for lane in range(zero_lanes):                     # lane's 16-byte store of zeros: float4 number below
+        f4 = (torch.arange(rows)[:, None] * seq_pad + torch.arange(seq_pad)) * (dp // 4) + lane
+        dq_acc[(4 * f4.reshape(-1)[:, None] + torch.arange(4)).reshape(-1)] = 0.0
+    return delta, lse2
+
+
+def convert_kernel_v3(dq_acc, dq3, S, D, dp, scale):
+    n_qblk = (S + BM - 1) // BM
+    n_pairs = dq_acc.numel() // 8
+    pair = torch.arange(n_pairs)                       # = blk * 256 + tidx: the grid is exact
+    bhm = pair // (8 * dp)
+    rem = pair - bhm * (8 * dp)
+    c = rem // (4 * dp)
+    r2 = rem - c * (4 * dp)
+    v = 2 * (r2 // 128)
+    t = r2 - (r2 // 128) * 128
+    at = bhm * (16 * dp) + c * (8 * dp) + v * 128 + t
+    f4 = dq_acc.view(-1, 4)
+    x, y = f4[at] * scale, f4[at + 128] * scale
+    mine = [bf16(x[:, 0:2]), bf16(x[:, 2:4]), bf16(y[:, 0:2]), bf16(y[:, 2:4])]   # 4 x [n_pairs, 2]
+    q = t % 4
+    assert n_pairs % 256 == 0 and torch.equal(q, pair % 4)  # exact grid; quad = 4 consecutive threads
+    for k in range(4):                                 # each quad is whole: one (bhm, c, v) and one row of t
+        mate = pair - q + k
+        assert all(torch.equal(a[mate], a) for a in (bhm, c, v, t // 4))
+    out = [m.clone() for m in mine]                    # o0..o3 start as m0..m3
+    for j in range(4):
+        want = (q - j) & 3
+        frm = (q + j) & 3 if "convert_v3_shuffle_src" not in BUGS else (q - j) & 3
+        send = torch.stack(mine)[want, torch.arange(n_pairs)]          # each lane's own send this round
+        src = pair - q + frm if j > 0 else pair                         # shuffle_sync(send, lane quad + frm)
+        got = send[src]
+        for k in range(4):
+            sel = frm == k
+            out[k][sel] = got[sel]
+    bh = bhm // n_qblk
+    m = bhm - bh * n_qblk
+    row = m * BM + 16 * (t // 32) + (t % 32) // 4 + (8 * (q % 2) if "convert_v3_row_no_q" not in BUGS else 0)
+    col = c * (dp // 2) + 8 * (v + q // 2)
+    vals = torch.cat(out, dim=1)                       # o0, o1, o2, o3: 8 bf16 of one row
+    ok = (row < S) & (col < D)
+    for e in range(8):
+        dq3[bh[ok], row[ok], col[ok] + e] = vals[ok, e]
 
 
 class Barrier:
@@ -342,7 +413,8 @@ def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0, cta=None):
     v3 = inp["V"].view(B * HKV, S, D)
     lse = inp["LSE"].view(B * H, S).float()
     dq_acc = torch.full((B * H * seq_pad * dp,), float("nan"))     # torch.empty: whatever was there
-    delta_s, lse2_s = prep_kernel(o3, do3, lse, S, seq_pad, dq_acc, dp)
+    prep, convert = (prep_kernel_v3, convert_kernel_v3) if SIDE["kernels"] == "v3" else (prep_kernel, convert_kernel)
+    delta_s, lse2_s = prep(o3, do3, lse, S, seq_pad, dq_acc, dp)
     nan = float("nan")
     dq3 = torch.full((B * H, S, D), nan)
     dk3 = torch.full((B * HKV, S, D), nan)
@@ -353,7 +425,7 @@ def run(B, H, HKV, S, D, causal, kind="normal", seed=1, sched_seed=0, cta=None):
     for n_blk, bkv in ctas:
         cta(n_blk, bkv, q3, k3, v3, do3, lse2_s, delta_s, dq_acc, dk3, dv3, H, HKV, S, dp, causal, scale,
             scale_log2, rng)
-    convert_kernel(dq_acc, dq3, S, D, dp, scale)
+    convert(dq_acc, dq3, S, D, dp, scale)
     tol = 2e-2 if causal else 1e-2
     worst = -math.inf
     errs = {}
@@ -386,12 +458,18 @@ BUG_CASES = {
     "no_epilogue_barrier": [(1, 2, 1, 200, 96, False, "normal")],
     "scratch_offset_no_cw": [(1, 2, 1, 200, 96, False, "normal")],
     "dq_half_offset_wrong": [(1, 2, 1, 200, 64, False, "normal")],
-    "convert_col_no_half": [(1, 2, 1, 200, 128, False, "normal")],
     "causal_m_lo_late": [(1, 2, 1, 300, 64, True, "normal")],
     "causal_straddle_dropped": [(1, 2, 1, 300, 64, True, "normal")],
     "lse_map_i_div_2": [(1, 2, 1, 200, 96, False, "normal")],
     "mask_key_no_wg_offset": [(1, 2, 1, 300, 64, True, "normal")],
-    "prep_zero_skips_pad_rows": [(1, 2, 1, 64, 64, False, "normal")],
+}
+SIDE_BUG_CASES = {  # bugs of the side kernels modelled (--side)
+    "v2": {"convert_col_no_half": [(1, 2, 1, 200, 128, False, "normal")],
+           "prep_zero_skips_pad_rows": [(1, 2, 1, 64, 64, False, "normal")]},
+    "v3": {"prep_v3_load_lanes_short": [(1, 2, 1, 200, 96, False, "normal")],
+           "prep_v3_zero_lanes_short": [(1, 2, 1, 200, 128, False, "normal")],
+           "convert_v3_shuffle_src": [(1, 2, 1, 200, 128, False, "normal")],
+           "convert_v3_row_no_q": [(1, 2, 1, 200, 64, False, "normal")]},
 }
 
 
@@ -399,8 +477,12 @@ def main(model_run=None, bug_cases=None, bug_scheds=(0, 1, 2)):
     """The command line of this model and of the models that import it (attn_bwd_cutedsl_ring_emulate.py passes
     its own run and bug table): layouts, then every case; or, with --bugs, every injected bug must fail."""
     model_run = model_run or run
-    bug_cases = BUG_CASES if bug_cases is None else bug_cases
     args = sys.argv[1:]
+    if "--side" in args:
+        SIDE["kernels"] = args[args.index("--side") + 1]
+        assert SIDE["kernels"] in ("v2", "v3"), "--side v2 | v3"
+    if bug_cases is None:
+        bug_cases = {**BUG_CASES, **SIDE_BUG_CASES[SIDE["kernels"]]}
     ok = True
     if "--no-layouts" not in args and "--bugs" not in args:
         ok &= check_layouts()
