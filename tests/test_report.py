@@ -193,3 +193,16 @@ def test_load_reads_several_stores_as_one_and_refuses_a_run_twice(tmp_path):
                                   tables.format_cells(tables.cell_stats(from_records(recs))))
     with pytest.raises(XlangError, match="in both"):
         source.load(f"{tmp_path / 'a.db'},{tmp_path / 'a.db'}")
+
+
+def test_a_report_names_the_harness_of_its_verdicts_and_says_when_they_are_mixed(ds, tmp_path):
+    """Harness versions time differently: the report says which one judged its verdicts, and when they mix."""
+    assert tables.harness_versions(ds) == ""  # the hand-made records carry no fingerprint
+    one = from_records(records(), [{"host": "test-box"}], source="test")
+    one.turns["harness"] = "4"
+    assert tables.harness_versions(one) == "4"
+    mixed = from_records(records(), [{"host": "test-box"}], source="test")
+    mixed.turns["harness"] = ["3"] + ["4"] * (len(mixed.turns) - 1)
+    assert tables.harness_versions(mixed) == "3, 4 (mixed: their timings were taken differently)"
+    md = write_report(mixed, tmp_path / "out").markdown.read_text()
+    assert "; harness 3, 4 (mixed: their timings were taken differently)." in md
