@@ -183,6 +183,7 @@ def test_eval_shows_each_sides_clock_and_power_while_timed():
 
 
 def _kernel(start, end, name):
+    """A one-block kernel record (grid 1 x 1 x 1, as the runner's primer is)."""
     from xlang.profiler.observer import KernelRecord
 
     return KernelRecord(start, end, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, "m", name)
@@ -220,12 +221,6 @@ def test_eval_prints_a_calls_profile_with_short_names():
     assert line == "prep 0.191 · (idle 0.650) _ZN5hbwd222attn_bwd_fused_kernelILi12... 7.075 ms; idle in all 0.651 ms"
 
 
-def _one_block(start, end, name):
-    from xlang.profiler.observer import KernelRecord
-
-    return KernelRecord(start, end, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, "m", name)
-
-
 FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)"
 
 
@@ -233,22 +228,25 @@ def test_the_runners_primer_is_left_out_of_a_timed_calls_span():
     from xlang.profiler.judge import without_primer
     from xlang.profiler.observer import span
 
-    primer, work = _one_block(1_000, 3_000, FILL), [_kernel(900_000, 2_000_000, "prep"), _kernel(2_000_100, 9_000_000, "main")]
+    primer, work = _kernel(1_000, 3_000, FILL), [_kernel(900_000, 2_000_000, "prep"), _kernel(2_000_100, 9_000_000, "main")]
     assert without_primer([primer, *work]) == work
     assert span(without_primer([primer, *work])) == 9_000_000 - 900_000
 
 
 def test_only_a_short_one_block_utility_kernel_first_and_alone_counts_as_the_primer():
+    import dataclasses
+
     from xlang.profiler.judge import without_primer
 
     work = [_kernel(900_000, 2_000_000, "prep")]
     not_primers = [
-        _one_block(1_000, 50_000, FILL),                  # longer than 20 us: real work
-        _one_block(1_000, 3_000, "my_first_kernel"),      # not a utility kernel
-        _one_block(1_000, 950_000, FILL),                 # overlaps the next activity (and too long)
+        _kernel(1_000, 50_000, FILL),                  # longer than 20 us: real work
+        _kernel(1_000, 3_000, "my_first_kernel"),      # not a utility kernel
+        _kernel(1_000, 950_000, FILL),                 # overlaps the next activity (and too long)
+        dataclasses.replace(_kernel(1_000, 3_000, FILL), grid=(4, 1, 1)),  # more than one block
     ]
     for first in not_primers:
         assert without_primer([first, *work]) == [first, *work], first
-    late = _one_block(2_500_000, 2_502_000, FILL)  # a fill after the call's first activity is the call's own
+    late = _kernel(2_500_000, 2_502_000, FILL)  # a fill after the call's first activity is the call's own
     assert without_primer([*work, late]) == [*work, late]
     assert without_primer([]) == []

@@ -791,9 +791,9 @@ def without_primer(records: list) -> list:
     what the judge can check, never by what the runner says: the call's first activity, a one-block utility
     kernel of at most 20 us that ends before anything else starts. A candidate that makes its own first kernel
     look like that hides at most 20 us of GPU work; one that drops the primer is timed as before it existed."""
-    from xlang.profiler.observer import CopyRecord, KernelRecord, SetRecord
+    from xlang.profiler.observer import KernelRecord, gpu_work
 
-    timed = sorted((r for r in records if isinstance(r, (KernelRecord, CopyRecord, SetRecord))), key=lambda r: r.start)
+    timed = gpu_work(records)
     if not timed:
         return records
     first = timed[0]

@@ -262,9 +262,14 @@ def unframe(key: bytes, line: bytes, expected_seq: int) -> str:
     return body
 
 
+def gpu_work(records) -> list:
+    """The records that took GPU time (kernels, copies, sets), in start order."""
+    return sorted((r for r in records if isinstance(r, (KernelRecord, CopyRecord, SetRecord))), key=lambda r: r.start)
+
+
 def span(records) -> int:
     """GPU time of one call, in ns: latest end - earliest start over its kernels, copies and sets (0 if none)."""
-    timed = [r for r in records if isinstance(r, (KernelRecord, CopyRecord, SetRecord))]
+    timed = gpu_work(records)
     if not timed:
         return 0
     if any(r.start == 0 or r.end == 0 for r in timed):
@@ -276,10 +281,9 @@ def activities(records) -> list[tuple[str, int, int]]:
     """Where one call's span goes: its kernels, copies and sets in start order as (label, ns of the span before it
     in which nothing ran, its duration ns). The idle ns add up to the span minus the time something ran: launch
     gaps, host work between launches."""
-    timed = sorted((r for r in records if isinstance(r, (KernelRecord, CopyRecord, SetRecord))), key=lambda r: r.start)
     labels = {"C": "memcpy", "S": "memset"}
     listed, reach = [], None
-    for r in timed:  # reach: the latest end so far (kernels of other streams may overlap)
+    for r in gpu_work(records):  # reach: the latest end so far (kernels of other streams may overlap)
         idle = 0 if reach is None else max(0, r.start - reach)
         listed.append((labels.get(r.kind) or r.name, idle, r.end - r.start))
         reach = r.end if reach is None else max(reach, r.end)

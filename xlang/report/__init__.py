@@ -266,6 +266,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
                            "(pip install pyarrow, then run xlang report again); the CSV files hold the same tables.")
 
     banners = tables.runtime_banners(ds)
+    harness = tables.harness_versions(ds)
     stats = t["cells"]
     done = ds.runs[ds.runs["status"] == "done"] if not ds.empty else ds.runs
     n_missing = int((ds.runs["status"] == "missing").sum()) if not ds.empty else 0
@@ -276,7 +277,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
         ("cells (task × arch × lang × model)", str(len(stats))),
         ("cells with runtime results", str(int(stats["runtime_ran"].sum())) if len(stats) else "0"),
         ("missing solutions", str(int(stats["missing"].sum())) if len(stats) else "0"),
-        ("harness version of the verdicts", tables.harness_versions(ds) or "not recorded"),
+        ("harness version of the verdicts", harness or "not recorded"),
     ]
     models = sorted(ds.runs["model"].dropna().unique()) if not ds.empty else []
     title = title or f"xlang report — {', '.join(langs) or 'no languages'} on {', '.join(archs) or 'no architecture'}"
@@ -314,7 +315,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
 
     md = [f"# {title}\n", f"Generated {generated} from `{ds.source or '(in memory)'}`; models: "
           f"{', '.join(models) or '–'}; {len(ds.runs)} sample runs, {len(ds.turns)} evaluated candidates"
-          + (f"; harness {tables.harness_versions(ds)}" if tables.harness_versions(ds) else "")
+          + (f"; harness {harness}" if harness else "")
           + (f"; filter: {filters}" if filters else "") + ".\n"]
     md += [f"> **Not run.** {line}\n" for line in banners]
     md += [DEFINITIONS.replace("<b>", "**").replace("</b>", "**").replace("&gt;", ">") + "\n"]
