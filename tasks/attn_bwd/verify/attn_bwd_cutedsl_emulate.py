@@ -33,8 +33,8 @@ H200), threads inside one warpgroup (lockstep here), proxy fences, summation ord
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py            # layouts + all cases; 0 = PASS
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --bugs     # every injected bug must FAIL
     python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --no-layouts
-    python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --no-layouts --side v3   # the v3 draft's side
-                                                                          # kernels (prep, convert) instead
+    python3 tasks/attn_bwd/verify/attn_bwd_cutedsl_emulate.py --no-layouts --side v2   # the side kernels
+                                                 # (prep, convert) of the expert before 2026-12-01 instead
 """
 import math
 import random
@@ -166,11 +166,11 @@ def prep_kernel(o3, do3, lse, S, seq_pad, dq_acc, dp):
     return delta, lse2
 
 
-# The side kernels of tasks/attn_bwd/drafts/cutedsl_hopper_v3.py (`--side v3`; the default models the expert's):
+# The side kernels of the expert since 2026-12-01 (v3, the default; `--side v2` models the earlier ones):
 # a prep whose lanes < D/8 read 8 bf16 each and whose lanes < DP/4 zero 4 floats each, and a convert in which a
 # thread reads the float4s v and v+1 of its t and the 4 lanes of a quad trade bf16 pairs by shuffles so that each
 # lane stores 8 bf16 of one row. Transliterated per lane, shuffles included.
-SIDE = {"kernels": "v2"}
+SIDE = {"kernels": "v3"}
 
 
 def prep_kernel_v3(o3, do3, lse, S, seq_pad, dq_acc, dp):
