@@ -206,3 +206,23 @@ def test_a_report_names_the_harness_of_its_verdicts_and_says_when_they_are_mixed
     assert tables.harness_versions(mixed) == "3, 4 (mixed: their timings were taken differently)"
     md = write_report(mixed, tmp_path / "out").markdown.read_text()
     assert "; harness 3, 4 (mixed: their timings were taken differently)." in md
+
+
+def test_harness_and_call_idle_come_from_the_stored_verdicts(tmp_path):
+    """The harness version and the call profiles' idle are read out of each verdict (fingerprint, timing), not
+    only set by hand: a report of stored verdicts names their harness."""
+    recs = records()
+    for r in recs:
+        for i, t in enumerate(r["turns"]):
+            v = t["verdict"]
+            if v["fingerprint"]:
+                v["fingerprint"]["harness_version"] = "3" if r["run_id"] == "g-t-h-0" and i == 0 else "4"
+            if v["timing"]:
+                v["timing"]["candidate_profile"] = {"activities": [], "idle_ms": 0.002, "calls": 9}
+                v["timing"]["baseline_profile"] = {"activities": [], "idle_ms": 0.065, "calls": 9}
+    stored = from_records(recs, [{"host": "test-box"}], source="test")
+    timed = stored.turns[stored.turns.speedup.notna()]
+    assert len(timed) and (timed.idle_ms == 0.002).all() and (timed.vendor_idle_ms == 0.065).all()
+    assert tables.harness_versions(stored) == "3, 4 (mixed: their timings were taken differently)"
+    html = write_report(stored, tmp_path / "out").index.read_text()
+    assert "3, 4 (mixed: their timings were taken differently)" in html and "not recorded" not in html
