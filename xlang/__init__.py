@@ -7,5 +7,5 @@ code paths that need them (a GPU worker, a backend's build, the agent loop).
 __version__ = "0.1.0"
 # Bumped whenever a change can alter a verdict or a timing; stored with every result.
 # 3: judge/runner split, jail, CUPTI observer, drawn shapes. 4: a timed call's span starts after the runner's
-# primer (judge.without_primer), so the observer's stall after the first runtime-API launch is no longer in it.
+# primer (judge.without_primer), so the observer's stall after the first launch after a flush is no longer in it.
 HARNESS_VERSION = "4"

@@ -53,10 +53,11 @@ def _sync(device: str) -> None:
 
 def _primer(tensor):
     """Before a timed call: one tiny kernel, finished before the call starts, that the judge leaves out of the
-    call's span (judge.without_primer). Under the CUPTI observer the first runtime-API launch after a flush of
-    its records is followed by ~0.8 ms in which the host launches nothing (where, in CUPTI or in our callbacks,
-    was not found): on the H200 (2026-12-01) a call of 3 kernels launched through cudaLaunchKernel idled 0.6 ms
-    after its first, and cuDNN's, launched through the driver API, did not. That launch is now this one."""
+    call's span (judge.without_primer). Under the CUPTI observer the first launch after a flush of its records
+    is followed by ~0.8 ms in which the host launches nothing (where, in CUPTI or in our callbacks, was not
+    found): on the H200 (2026-12-01) backward calls of 3 kernels idled 0.6-0.9 ms after their first, whether
+    launched through cudaLaunchKernel (cuda_ptx, CuTe DSL) or the driver API (Triton); cuDNN's did not. That
+    launch is now this one. FA4's calls still idle ~0.8 ms after their first kernel (not explained)."""
     import torch
 
     if tensor is None:
