@@ -270,14 +270,20 @@ def _run_on_ray(cfg: CompareConfig, todo: list[Cell], console, progress: bool) -
                 state, text = _summarise(result)
                 outcomes.append(CellOutcome(cell, state, seconds, text))
                 bar.advance(overall)
-                colour = {"done": "green", "missing": "dim"}.get(state, "yellow")
-                console.print(f"[{colour}]{'✓' if state in ('done', 'missing') else '!'}[/{colour}] {cell.task} · "
-                              f"{cell.lang} · {cell.arch}: {text} [dim]({seconds:.1f} s)[/dim]", highlight=False)
+                console.print(f"{_mark(state)} {cell.task} · {cell.lang} · {cell.arch}: {text} "
+                              f"[dim]({seconds:.1f} s)[/dim]", highlight=False)
     snap = scaleout.MONITOR.snapshot()
     if snap["done"]:
         console.print("Ray verdicts per GPU: " + ", ".join(f"{slot} {n}" for slot, n in sorted(snap["done"].items())),
                       highlight=False)
     return outcomes
+
+
+def _mark(state: str) -> str:
+    """A finished cell's mark: ✓ its run finished (its verdicts follow), – no candidate to judge (missing
+    expert), ! stopped short. Plain characters, so a log without colour still tells them apart."""
+    mark, colour = {"done": ("✓", "green"), "missing": ("–", "dim")}.get(state, ("!", "yellow"))
+    return f"[{colour}]{mark}[/{colour}]"
 
 
 def _summarise(result) -> tuple[str, str]:
@@ -345,9 +351,7 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
             outcomes.append(outcome)
             bar.remove_task(current)
             bar.advance(overall)
-            colour = {"done": "green", "missing": "dim"}.get(state, "yellow")
-            console.print(f"[{colour}]{'✓' if state in ('done', 'missing') else '!'}[/{colour}] {label}: {text} "
-                          f"[dim]({outcome.seconds:.1f} s)[/dim]", highlight=False)
+            console.print(f"{_mark(state)} {label}: {text} [dim]({outcome.seconds:.1f} s)[/dim]", highlight=False)
     dataset = source.load(cfg.store, [c.run_id for c in cells])
     stats = tables.cell_stats(dataset)
     order = {c.run_id: i for i, c in enumerate(cells)}
