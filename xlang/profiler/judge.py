@@ -758,6 +758,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
             call.run(runner, _call_timeout(ctx, deadline), primer=True)
         _flush(observer, prov)
         from xlang.profiler.gpu import PowerSampler
+        from xlang.profiler.observer import activities
 
         # The card's clock and power while these calls are timed: under a power cap they decide a kernel's speed
         # as much as its code does, and each side is timed at its own time.
@@ -767,8 +768,6 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
                 spans.append(span)
                 wall.append(w)
                 if observer is not None:
-                    from xlang.profiler.observer import activities
-
                     profiles.append(activities(records))
         last_call = _own_names(records, prov)
     finally:

@@ -30,8 +30,9 @@ RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit
                "context", "notes", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
                 "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "peer_speedup",
-                "peer_note", "tflops", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms",
-                "idle_ms", "vendor_idle_ms", "harness", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd", "detail"]
+                "peer_note", "tflops", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "idle_ms",
+                "vendor_idle_ms", "harness", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens",
+                "cost_usd", "detail"]
 # What a report can group by and filter on (run columns), with the names the command line also accepts.
 AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
         "turns_limit")

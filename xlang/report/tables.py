@@ -559,8 +559,6 @@ def not_run(ds: Dataset) -> pd.DataFrame:
 def harness_versions(ds: Dataset) -> str:
     """The harness versions that judged these verdicts ('4'; '3, 4 (mixed: ...)'), '' where none recorded one.
     Harnesses time differently (xlang.HARNESS_VERSION says how), so a report that mixes them says so."""
-    if ds.turns.empty or "harness" not in ds.turns.columns:
-        return ""
     found = sorted({h for h in ds.turns["harness"].dropna().astype(str) if h})
     if len(found) > 1:
         return ", ".join(found) + " (mixed: their timings were taken differently)"
