@@ -298,6 +298,9 @@ FORM_PROBES = {
         "tcgen05.ld result used without tcgen05.wait::ld": ("xl::tmem_ld_32x32b_x32(t, r);" + SINK, None),
         "setmaxnreg in warps 4-5 of a 192-thread kernel":
             ("if (threadIdx.x >= 128) xl_setmaxnreg_dec_40(); else xl_setmaxnreg_inc_232();", None),
+        "st.shared then a TMA store of it without fence.proxy.async":
+            ("smem[threadIdx.x] = static_cast<uint8_t>(t); __syncthreads();"
+             " if (threadIdx.x == 0) { xl::tma_store_2d(&map, smem, 0, 0); xl::tma_store_commit(); }", None),
     },
     "h100": {
         "wgmma.fence (on sm_90a)": (WGMMA_FENCE, None),
@@ -317,6 +320,12 @@ FORM_PROBES = {
             ("xl::wgmma_fence(); xl::wgmma_m64n128k16_ss(*reinterpret_cast<float(*)[64]>(acc), da, db, 1);"
              " xl::wgmma_commit(); xl::mbar_arrive(&bar); xl::wgmma_wait<0>();" + ACC_SINK, None),
         "setmaxnreg in half a warpgroup (warps 0-1 of 4)": ("if (threadIdx.x < 64) xl::setmaxnreg_dec<40>();", None),
+        "st.shared then a TMA store of it without fence.proxy.async":
+            ("smem[threadIdx.x] = static_cast<uint8_t>(t); __syncthreads();"
+             " if (threadIdx.x == 0) { xl::tma_store_2d(&map, smem, 0, 0); xl::tma_store_commit(); }", None),
+        "TMA load through a tensor map written in global memory, without fence.proxy.tensormap":
+            ("out[threadIdx.x] = t; __syncthreads(); if (threadIdx.x == 0)"
+             " xl::tma_load_2d(smem, reinterpret_cast<const CUtensorMap*>(out), &bar, 0, 0);", None),
     },
 }
 # Each rejected form -> the accepted probe it differs from in only the thing under test.
@@ -361,12 +370,16 @@ FORM_SASS = {
         "tcgen05.ld result used without tcgen05.wait::ld": (["LDTM.x32"], []),
         "setmaxnreg in warps 4-5 of a 192-thread kernel":
             (["USETMAXREG.DEALLOC.CTAPOOL", "USETMAXREG.TRY_ALLOC.CTAPOOL"], []),
+        "st.shared then a TMA store of it without fence.proxy.async": (["STS", "UTMASTG.2D"], ["FENCE.VIEW.ASYNC.S"]),
     },
     "h100": {
         "wgmma in a branch that splits the warpgroup": (["HGMMA"], []),
         "mbarrier word overwritten by plain stores without mbarrier.inval": (["SYNCS.EXCH.64", "STS"], []),
         "empty-barrier arrive before the wgmma.wait_group that covers the stage": (["HGMMA", "SYNCS.ARRIVE"], []),
         "setmaxnreg in half a warpgroup (warps 0-1 of 4)": (["USETMAXREG.DEALLOC.CTAPOOL"], []),
+        "st.shared then a TMA store of it without fence.proxy.async": (["STS", "UTMASTG.2D"], ["FENCE.VIEW.ASYNC.S"]),
+        "TMA load through a tensor map written in global memory, without fence.proxy.tensormap":
+            (["STG", "UTMALDG.2D"], []),
     },
 }
 # Probes whose kernel needs other launch bounds than (128, 1) (first cell -> bounds).
