@@ -227,3 +227,53 @@ def test_the_checker_catches(text, expect):
     ck = Checker("h100" if "threads at" in text else "b200")
     ck.paragraph("t", text)
     assert any(expect in e for e in ck.errors), f"{text!r}: {ck.errors}"
+
+
+# ---- params.md figures vs xlang/archs.toml (the audit's memory_gib partial item) --------------------------
+
+def _chip_table(text: str) -> tuple[list[str], dict[str, list[str]]]:
+    """Header and rows (by first cell) of the first table after '## Chip'."""
+    rows, seen = [], False
+    for ln in text[text.index("## Chip"):].splitlines()[1:]:
+        if ln.startswith("|"):
+            seen = True
+            cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                rows.append(cells)
+        elif seen:
+            break
+    return rows[0], {r[0]: r for r in rows[1:]}
+
+
+def _first_int(cell: str, unit: str) -> int:
+    m = re.search(rf"(\d[\d,]*) {unit}", cell)
+    assert m, f"no '<n> {unit}' in {cell!r}"
+    return _n(m.group(1))
+
+
+def test_params_figures_match_archs_toml():
+    """The figures params.md gives a model and the ones xlang reports (archs.toml) are the same."""
+    import tomllib  # noqa: PLC0415
+
+    archs = tomllib.loads((REPO / "xlang/archs.toml").read_text())["archs"]
+    wrong = []
+    for key, arch in archs.items():
+        text = (DOCS / arch["docs"] / "params.md").read_text()
+        header, chip = _chip_table(text)
+        col = next((i for i, h in enumerate(header) if h.lower().split()[0] == key), None)
+        assert col is not None, f"{arch['docs']}/params.md '## Chip' has no column {key.upper()}: {header}"
+        checks = [("SMs", "", arch["sms"]), ("HBM capacity", "GB", arch["memory_gib"])]
+        for row, unit, want in checks:
+            name = next((k for k in chip if k == row or k.endswith(f"({row})")), None)
+            assert name, f"{arch['docs']}/params.md '## Chip' has no {row} row: {list(chip)}"
+            cell = chip[name][col]
+            got = int(re.match(r"\d+", cell).group(0)) if not unit else _first_int(cell, unit)
+            if got != want:
+                wrong.append(f"{key}: params.md {row} = {got} {unit}, archs.toml {want}")
+        lim = limits(arch["docs"])
+        for name, got, want in (("smem per SM", lim["smem_sm"] // KIB, arch["smem_per_sm_kib"]),
+                                ("smem per block", lim["smem_block"] // KIB, arch["smem_per_block_kib"]),
+                                ("registers per SM", lim["regs"], arch["registers_per_sm"])):
+            if got != want:
+                wrong.append(f"{key}: params.md {name} = {got}, archs.toml {want}")
+    assert not wrong, "\n".join(wrong)
