@@ -298,6 +298,8 @@ FORM_PROBES = {
         "tcgen05.ld result used without tcgen05.wait::ld": ("xl::tmem_ld_32x32b_x32(t, r);" + SINK, None),
         "setmaxnreg in warps 4-5 of a 192-thread kernel":
             ("if (threadIdx.x >= 128) xl_setmaxnreg_dec_40(); else xl_setmaxnreg_inc_232();", None),
+        "elect.sync with a full mask inside a one-thread branch":
+            ("if (threadIdx.x == 0) out[0] = xl::elect_one_sync();", None),
         "st.shared then a TMA store of it without fence.proxy.async":
             ("smem[threadIdx.x] = static_cast<uint8_t>(t); __syncthreads();"
              " if (threadIdx.x == 0) { xl::tma_store_2d(&map, smem, 0, 0); xl::tma_store_commit(); }", None),
@@ -370,6 +372,7 @@ FORM_SASS = {
         "tcgen05.ld result used without tcgen05.wait::ld": (["LDTM.x32"], []),
         "setmaxnreg in warps 4-5 of a 192-thread kernel":
             (["USETMAXREG.DEALLOC.CTAPOOL", "USETMAXREG.TRY_ALLOC.CTAPOOL"], []),
+        "elect.sync with a full mask inside a one-thread branch": (["ELECT"], []),
         "st.shared then a TMA store of it without fence.proxy.async": (["STS", "UTMASTG.2D"], ["FENCE.VIEW.ASYNC.S"]),
     },
     "h100": {

@@ -1,6 +1,7 @@
 """Every "required / undefined" rule of contracts.md that names an instruction has a ptxas probe.
 
-Rules are parsed from ``arch_docs/<arch>/contracts.md``: a sentence with must / required / undefined /
+Rules are parsed from ``arch_docs/<arch>/contracts.md`` and the language guides
+``templates/*.md``: a sentence with must / required / undefined /
 never / rejects / needs / "executed by" / "together" / "may not" that names a PTX instruction
 (``tcgen05.*``, ``wgmma``, ``setmaxnreg``, ``cp.async.bulk*``, ``mbarrier.*``, ``.cta_group`` ...).
 Each must carry a marker ``[ptxas rejects: `ROW`]`` (ptxas catches the violation) or ``[ptxas
@@ -63,8 +64,12 @@ def sentences(item: str) -> list[str]:
     return out
 
 
+def rule_files(arch: str) -> list[Path]:
+    return [DOCS / arch / "contracts.md", *sorted((DOCS / arch / "templates").glob("*.md"))]
+
+
 def rules(arch: str) -> list[str]:
-    text = (DOCS / arch / "contracts.md").read_text()
+    text = "\n\n".join(f.read_text() for f in rule_files(arch))
     out = []
     for it in items(text):
         for s in sentences(it):
@@ -88,7 +93,7 @@ def test_every_rule_has_a_probe(arch):
     found = rules(arch)
     assert len(found) >= 5, f"{arch}: only {len(found)} rules parsed: the parser lost them"
     bare = [s for s in found if not markers(s)]
-    assert not bare, (f"{arch}/contracts.md: rules naming an instruction with no ptxas probe (add a row to "
+    assert not bare, (f"{arch} contracts.md / templates: rules naming an instruction with no ptxas probe (add a row to "
                       f"params.md 'Forms ptxas accepts or rejects', a probe in test_arch_docs_claims.py and a "
                       f"[ptxas accepts|rejects: `row`] marker):\n  " + "\n  ".join(bare))
 
@@ -96,7 +101,7 @@ def test_every_rule_has_a_probe(arch):
 @pytest.mark.parametrize("arch", ["b200", "h100"])
 def test_markers_match_the_probed_verdicts(arch):
     table = form_claims(arch)
-    text = (DOCS / arch / "contracts.md").read_text()
+    text = "\n\n".join(f.read_text() for f in rule_files(arch))
     wrong = []
     for accepted, row in markers(" ".join(text.split())):
         if row not in table:
