@@ -313,7 +313,8 @@ FORM_PROBES = {
         "setmaxnreg.inc (on sm_90a)": (_ptx("setmaxnreg.inc.sync.aligned.u32 232;"), None),
         "xl::setmaxnreg_inc<236>": ("xl::setmaxnreg_inc<236>();", "setmaxnreg: 24..256, multiple of 8"),
         "wgmma in a branch that splits the warpgroup":
-            ("if (threadIdx.x < 64) { xl::wgmma_fence(); xl::wgmma_m64n128k16_ss(*reinterpret_cast<float(*)[64]>(acc),"
+            ("for (int i = 0; i < 64; ++i) acc[i] = 0.f;"
+             " if (threadIdx.x < 64) { xl::wgmma_fence(); xl::wgmma_m64n128k16_ss(*reinterpret_cast<float(*)[64]>(acc),"
              " da, db, 1); xl::wgmma_commit(); xl::wgmma_wait<0>(); }" + ACC_SINK, None),
         "mbarrier word overwritten by plain stores without mbarrier.inval":
             ("xl::mbar_init(&bar, 1); __syncthreads(); reinterpret_cast<volatile uint32_t*>(&bar)[0] = t;"
@@ -497,7 +498,7 @@ def built(tmp_path_factory):
     (the baseline for 'none'); every rejected form compiled alone, two at a time."""
     cuda_tools()
     work = tmp_path_factory.mktemp("claims")
-    result = {}
+    result, notes = {}, {}
     rejected_jobs = []
     for arch in ("b200", "h100"):
         bodies = {"probe_empty": ""}
@@ -516,6 +517,7 @@ def built(tmp_path_factory):
                     f"probes_{arch}")
         assert res.returncode == 0, f"{arch} probes failed to compile:\n{res.stderr[-4000:]}"
         result[arch] = (names, _sass_by_kernel(work / f"probes_{arch}.cubin"))
+        notes[arch] = res.stderr
 
     def one(job):
         arch, key, target, body = job
@@ -524,7 +526,7 @@ def built(tmp_path_factory):
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         alone = {(job[0], job[1]): res for job, res in pool.map(one, rejected_jobs)}
-    return result, alone
+    return result, alone, notes
 
 
 # ---- the tests ------------------------------------------------------------------------------------------
@@ -541,7 +543,7 @@ def test_every_doc_row_has_a_probe_and_back(arch):
 
 @pytest.mark.parametrize("arch", ["b200", "h100"])
 def test_sass_spellings(arch, built):
-    (names, sass), _ = built[0][arch], None
+    names, sass = built[0][arch]
     base = set(sass["probe_empty"])
     wrong = []
     for key, (wrapper, claimed) in sass_claims(arch).items():
@@ -562,7 +564,7 @@ def test_sass_spellings(arch, built):
 
 @pytest.mark.parametrize("arch", ["b200", "h100"])
 def test_forms_accepted_or_rejected(arch, built):
-    result, alone = built
+    result, alone, notes = built
     names, sass = result[arch]
     wrong = []
     for key, (target, accepted) in form_claims(arch).items():
@@ -581,6 +583,9 @@ def test_forms_accepted_or_rejected(arch, built):
             wrong += [f"{key}: the probe's SASS has `{op}`, which it must not" for op in absent if _has(ops, op)]
             if "ptxas does not check" in form_verdicts(arch)[key] and not present:
                 wrong.append(f"{key}: a run-time-rule row needs FORM_SASS entries")
+            for code in re.findall(r"info (C\d{4})", form_verdicts(arch)[key]):  # a ptxas message the row names
+                if not re.search(rf"\({code}\).*'{names[key]}'", notes[arch]):
+                    wrong.append(f"{key}: the row says ptxas reports {code}; it did not for this probe")
         else:
             res = alone[(arch, key)]
             if err is None and res.returncode != 0:
