@@ -194,6 +194,15 @@ class Checker:
             if p + nc * c != tri or tri > k * r2 or k != nc + 1 or r2 != r or t != 128 * k:
                 self.bad(where, f"setmaxnreg split: {p} + {nc} x {c} = {p + nc * c} (doc {tri}) vs {k} x {r2} = "
                                 f"{k * r2}; {t} threads = {t // 128} warpgroups")
+        # every "= <number>" in a sentence about TMEM columns or registers is accounted for
+        for sent in re.finditer(r"[^.;]*\b(?:columns?|registers?)\b[^.;]*", text):
+            # an arithmetic result: "<n> x / + / at <...> = <n>" (not a parameter like "M = 128")
+            for m in re.finditer(r"\d[\d,]*\)?\s*(?:[x+×*]|\bat\b)\s*[^=;]{0,80}?(= (?:all )?\d[\d,]*)",
+                                 sent.group(0)):
+                pos = sent.start() + m.start(1)
+                if not any(s <= pos < e for s, e in self.covered):
+                    self.bad(where, f"'{m.group(0)}' (columns / registers) is not derived from stated sizes: "
+                                    f"...{sent.group(0).strip()[:160]}...")
         # every size in KB / KiB is accounted for
         for m in SIZE.finditer(text):
             if any(s <= m.start() < e for s, e in self.covered):
@@ -222,6 +231,7 @@ def test_size_claims(arch):
     ("BM = BN = 128, D = 128: 2 x S (256) + O (128) + 2 x P (256) = 640.", "2 x P is 128"),
     ("192 threads x 255 registers = 48,690 registers, under the 65,536.", "48960"),
     ("it needs 96 KiB of smem.", "not derived"),
+    ("the accumulators take 3 x 128 columns = 384 of TMEM.", "not derived"),
 ])
 def test_the_checker_catches(text, expect):
     ck = Checker("h100" if "threads at" in text else "b200")
