@@ -101,15 +101,20 @@ __device__ __forceinline__ void tcgen05_fence_after() {
 // bits 61-63 selects 128B_BASE32B, not 128B: use the enum.
 enum class UmmaSwizzle : uint32_t { None = 0, B128_Atom32 = 1, B128 = 2, B64 = 4, B32 = 6 };
 
+// The bits from a shared-window address (constexpr, so tests/test_arch_docs_descriptors.py can
+// rebuild it from the table in contracts.md §6 and static_assert the two agree).
+__host__ __device__ constexpr uint64_t umma_desc_bits(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                      uint32_t sbo_bytes, UmmaSwizzle swz) {
+  return ((static_cast<uint64_t>(smem_addr) >> 4) & 0x3FFFull) |
+         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) |
+         (1ull << 46) |
+         (static_cast<uint64_t>(swz) << 61);
+}
+
 __device__ __forceinline__ uint64_t umma_desc(const void* smem_tile, uint32_t lbo_bytes,
                                               uint32_t sbo_bytes, UmmaSwizzle swz) {
-  const uint64_t addr = smem_u32(smem_tile);
-  uint64_t desc = (addr >> 4) & 0x3FFFull;
-  desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= 1ull << 46;
-  desc |= static_cast<uint64_t>(swz) << 61;
-  return desc;
+  return umma_desc_bits(smem_u32(smem_tile), lbo_bytes, sbo_bytes, swz);
 }
 
 // K-major bf16 tile written by TMA with SWIZZLE_128B and a 64-element inner box:

@@ -1,8 +1,9 @@
 // xlang arch_docs: TMA (tensor memory accelerator) device wrappers.
 // PTX ISA: "cp.async.bulk.tensor", "cp.async.bulk.commit_group",
 // "cp.async.bulk.wait_group", "prefetch.tensormap". sm_90+.
-// SASS (nvcc 13.0, checked by tests/test_arch_docs_claims.py; table in params.md): UTMALDG.2D /
-// UTMALDG.3D (loads; .MULTICAST and, on sm_100a, .2CTA forms), UTMASTG.2D (store), UTMACMDFLUSH
+// SASS (nvcc 13.0, checked by tests/test_arch_docs_claims.py; table in params.md): UTMALDG.2D ..
+// UTMALDG.5D (loads; .MULTICAST and, on sm_100a, .2CTA forms), UTMASTG.2D (store), UTMAREDG.2D
+// (cp.reduce.async.bulk.tensor, the reduce-store), UTMACMDFLUSH
 // (bulk-group commit), UTMACCTL.PF (prefetch.tensormap: the DESCRIPTOR prefetch). UTMAPF.L2.*
 // is a different instruction, cp.async.bulk.prefetch.tensor (prefetch of DATA into L2), which is
 // not wrapped here.
@@ -47,6 +48,56 @@ __device__ __forceinline__ void tma_load_3d(void* smem_dst, const CUtensorMap* m
       " [%0], [%1, {%2, %3, %4}], [%5];"
       :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(c2),
          "r"(smem_u32(bar))
+      : "memory");
+}
+
+// 4D / 5D boxes (e.g. [B, H, S, D] tensors without flattening); same rules as 2D, coordinates
+// innermost first. PTX cp.async.bulk.tensor: .dim = .1d .. .5d.
+__device__ __forceinline__ void tma_load_4d(void* smem_dst, const CUtensorMap* map,
+                                            uint64_t* bar, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];"
+      :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+         "r"(smem_u32(bar))
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_5d(void* smem_dst, const CUtensorMap* map,
+                                            uint64_t* bar, int c0, int c1, int c2, int c3,
+                                            int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+      :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+         "r"(c4), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// L2 cache policies for the .L2::cache_hint forms (PTX "createpolicy"): a 64-bit policy value
+// made at run time. evict_last keeps data that other CTAs will read again (a GEMM operand tile
+// shared along M or N); evict_first streams data read once.
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+// tma_load_2d with an L2 cache hint (PTX cp.async.bulk.tensor, .level::cache_hint = .L2::cache_hint;
+// the policy is the last operand). A hint only: results are the same with or without it.
+__device__ __forceinline__ void tma_load_2d_hint(void* smem_dst, const CUtensorMap* map,
+                                                 uint64_t* bar, int c0, int c1, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;"
+      :: "r"(smem_u32(smem_dst)), "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)),
+         "l"(policy)
       : "memory");
 }
 
@@ -95,6 +146,20 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
                                              int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];"
+      :: "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(smem_u32(smem_src))
+      : "memory");
+}
+
+// Shared -> global reduction, one box: global[box] += smem tile (element-wise, in the L2; PTX
+// "cp.reduce.async.bulk.tensor", .redOp = .add / .min / .max / .inc / .dec / .and / .or / .xor;
+// .add on bf16 / f16 / f32 among others). Same proxy fence, barrier, commit and wait rules as
+// tma_store_2d; the additions of different CTAs to the same element are atomic, in no fixed
+// order (so fp32 sums are not bit-reproducible run to run). Use: split-K GEMM partial sums,
+// attention-backward dQ accumulation.
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* smem_src,
+                                                  int c0, int c1) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2}], [%3];"
       :: "l"(tmap_ptr(map)), "r"(c0), "r"(c1), "r"(smem_u32(smem_src))
       : "memory");
 }

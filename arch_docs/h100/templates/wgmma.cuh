@@ -23,14 +23,19 @@ namespace xl {
 // bits 62-63 swizzle: 0 none (interleave), 1 = 128B, 2 = 64B, 3 = 32B
 enum class WgmmaSwizzle : uint32_t { None = 0, B128 = 1, B64 = 2, B32 = 3 };
 
+// The bits from a shared-window address (constexpr, so tests/test_arch_docs_descriptors.py can
+// rebuild it from the table in contracts.md §5 and static_assert the two agree).
+__host__ __device__ constexpr uint64_t wgmma_desc_bits(uint32_t smem_addr, uint32_t lbo_bytes,
+                                                       uint32_t sbo_bytes, WgmmaSwizzle swz) {
+  return ((static_cast<uint64_t>(smem_addr) >> 4) & 0x3FFFull) |
+         (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32) |
+         (static_cast<uint64_t>(swz) << 62);
+}
+
 __device__ __forceinline__ uint64_t wgmma_desc(const void* smem_tile, uint32_t lbo_bytes,
                                                uint32_t sbo_bytes, WgmmaSwizzle swz) {
-  const uint64_t addr = smem_u32(smem_tile);
-  uint64_t desc = (addr >> 4) & 0x3FFFull;
-  desc |= static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFFu) << 16;
-  desc |= static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFu) << 32;
-  desc |= static_cast<uint64_t>(swz) << 62;
-  return desc;
+  return wgmma_desc_bits(smem_u32(smem_tile), lbo_bytes, sbo_bytes, swz);
 }
 
 // Descriptor for a K-major bf16 tile written by TMA with CU_TENSOR_MAP_SWIZZLE_128B
