@@ -836,13 +836,17 @@ def call_evidence(records: list, cpu_after_ms: float | None, cpu_before_ms: floa
                   observed: bool) -> dict:
     """What one call showed of a host round trip (issue 40): bytes it copied to the host (CUPTI's copy kinds),
     the candidate's host CPU time and its GPU time (span). Evidence only: Nsight Compute's FLOPs decide."""
-    from xlang.profiler.observer import TO_HOST, copied_bytes, span
+    from xlang.profiler.observer import TO_HOST, ObserverError, copied_bytes, span
 
     copies = copied_bytes(records) if observed else {}
     cpu = None if cpu_after_ms is None or cpu_before_ms is None else max(0.0, cpu_after_ms - cpu_before_ms)
+    try:
+        gpu_ms = span(records) / 1e6 if observed else None
+    except ObserverError:  # an untimed record: the timing's own span() says so where it counts
+        gpu_ms = None
     return {"dtoh_bytes": sum(copies.get(k, 0) for k in TO_HOST) if observed else None,
             "htod_bytes": copies.get("HtoD", 0) if observed else None, "input_bytes": input_bytes,
-            "cpu_ms": cpu, "gpu_ms": span(records) / 1e6 if observed else None}
+            "cpu_ms": cpu, "gpu_ms": gpu_ms}
 
 
 # A call's host CPU time this many times its GPU time (and at least HOST_CPU_MIN_MS) is called far above it: a
