@@ -4,6 +4,8 @@ parser's own types. CPU only."""
 
 import gzip
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -237,10 +239,67 @@ def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu(
     records = [CopyRecord(100, 900, 0, 1, 7, 1, 64 * mb, 2), kernel]
     host = call_evidence(records, 1500.0, 100.0, 64 * mb, True)
     assert host["dtoh_bytes"] == 64 * mb and host["cpu_ms"] == pytest.approx(1400.0)
-    assert host["gpu_ms"] == pytest.approx(0.0209)  # the span: the copy and the kernel
+    assert host["gpu_ms"] == pytest.approx(0.0208)  # busy: the copy and the kernel, not the 100 ns between
     honest = call_evidence([], 10.2, 10.0, 64 * mb, True)
     ev = host_evidence([host, honest])
     assert ev["input_sized_dtoh_calls"] == 1 and ev["dtoh_bytes"] == 64 * mb and ev["cpu_far_above_gpu_calls"] == 1
     assert host_evidence([]) is None
     unobserved = call_evidence([], None, None, 10, False)
     assert unobserved["dtoh_bytes"] is None and unobserved["cpu_ms"] is None
+
+
+# ---- the build record: host round trips in the source and the host binary (evidence, never a verdict) ------
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = ROOT / "tests" / "kernels" / "hostile"
+
+
+def test_the_build_records_host_round_trips_in_the_source_and_no_expert_has_one():
+    from xlang.backend import BuildResult, get_backend
+
+    empty = BuildResult(True, "triton", "gemm", "h100", {}, "")
+    found = get_backend("triton").host_round_trip((HOSTILE / "gemm_numpy_host.py").read_text(), empty)
+    assert any(".cpu()" in f for f in found) and any("numpy" in f for f in found)
+    assert get_backend("triton").host_round_trip("# x = A.cpu().numpy()\n", empty) == []  # comments are not code
+    found = get_backend("cuda_ptx").host_round_trip((HOSTILE / "gemm_host_loop.cu").read_text(), empty)
+    assert any("cudaMemcpyDeviceToHost" in f for f in found)
+    for path in sorted((ROOT / "tasks").glob("*/solutions/*")):
+        lang = next((n for n in ("cuda_ptx", "cutedsl", "gluon", "triton") if path.name.startswith(n)), None)
+        if lang:
+            assert get_backend(lang).host_round_trip(path.read_text(), empty) == [], path
+
+
+@pytest.mark.skipif(not (shutil.which("nvcc") and shutil.which("objdump")), reason="needs nvcc and objdump")
+def test_host_code_calling_cudamemcpy_device_to_host_is_read_from_the_shared_object(tmp_path):
+    from xlang.backends.cuda_ptx.backend import host_copy_calls
+
+    body = "__global__ void k(float* x) { x[threadIdx.x] += 1.f; }\n"
+    honest = body + 'extern "C" void xlang_entry(float* x, cudaStream_t s) { k<<<1, 32, 0, s>>>(x); }\n'
+    # The kind comes from a variable, so no source pattern can see it: only the call in the binary does.
+    hostile = body + ('static cudaMemcpyKind kind() { return static_cast<cudaMemcpyKind>(2); }\n'
+                      'extern "C" void xlang_entry(float* x, cudaStream_t s) { float h[32];\n'
+                      '  cudaMemcpy(h, x, sizeof h, kind()); k<<<1, 32, 0, s>>>(x); }\n')
+    found = {}
+    for name, text in (("honest", honest), ("hostile", hostile)):
+        (tmp_path / f"{name}.cu").write_text("#include <cuda_runtime.h>\n" + text)
+        subprocess.run(["nvcc", "-O3", "-shared", "-Xcompiler", "-fPIC", "-o", str(tmp_path / f"{name}.so"),
+                        str(tmp_path / f"{name}.cu")], check=True, capture_output=True, timeout=300)
+        found[name] = host_copy_calls(str(tmp_path / f"{name}.so"))
+    assert found["honest"] == []
+    assert found["hostile"] and "cudaMemcpyDeviceToHost" in found["hostile"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, lang", [("gemm_numpy_host.py", "triton"), ("gemm_host_loop.cu", "cuda_ptx")])
+def test_the_host_compute_candidates_build_with_their_round_trip_recorded(name, lang):
+    if lang == "cuda_ptx" and not shutil.which("nvcc"):
+        pytest.skip("nvcc not installed")
+    if lang == "triton":
+        pytest.importorskip("triton")
+    from xlang.backend import build_candidate
+
+    build = build_candidate((HOSTILE / name).read_text(), lang, get_task("gemm"), get_arch("h100"), cache=False)
+    assert build.ok and build.census.ok, build.error  # wgmma and TMA are in the SASS: the census alone passes
+    assert build.host_round_trip and "host_round_trip" in build.to_dict()
+    if lang == "cuda_ptx" and shutil.which("objdump"):
+        assert any("host code calls cudaMemcpy with cudaMemcpyDeviceToHost" in f for f in build.host_round_trip)

@@ -835,13 +835,15 @@ def process_cpu_ms(uid: int | None) -> float | None:
 def call_evidence(records: list, cpu_after_ms: float | None, cpu_before_ms: float | None, input_bytes: int,
                   observed: bool) -> dict:
     """What one call showed of a host round trip (issue 40): bytes it copied to the host (CUPTI's copy kinds),
-    the candidate's host CPU time and its GPU time (span). Evidence only: Nsight Compute's FLOPs decide."""
-    from xlang.profiler.observer import TO_HOST, ObserverError, copied_bytes, span
+    the candidate's host CPU time and the GPU's busy time (the span less its idle gaps: host work between a
+    copy to the host and the copy back is idle GPU time inside the span). Evidence only: Nsight Compute's FLOPs
+    decide."""
+    from xlang.profiler.observer import TO_HOST, ObserverError, activities, copied_bytes, span
 
     copies = copied_bytes(records) if observed else {}
     cpu = None if cpu_after_ms is None or cpu_before_ms is None else max(0.0, cpu_after_ms - cpu_before_ms)
     try:
-        gpu_ms = span(records) / 1e6 if observed else None
+        gpu_ms = (span(records) - sum(a[1] for a in activities(records))) / 1e6 if observed else None
     except ObserverError:  # an untimed record: the timing's own span() says so where it counts
         gpu_ms = None
     return {"dtoh_bytes": sum(copies.get(k, 0) for k in TO_HOST) if observed else None,
