@@ -303,3 +303,16 @@ def test_the_host_compute_candidates_build_with_their_round_trip_recorded(name, 
     assert build.host_round_trip and "host_round_trip" in build.to_dict()
     if lang == "cuda_ptx" and shutil.which("objdump"):
         assert any("host code calls cudaMemcpy with cudaMemcpyDeviceToHost" in f for f in build.host_round_trip)
+
+
+def test_eval_output_and_the_ok_detail_say_where_the_math_was_done():
+    from xlang.profiler.commands import math_line
+    from xlang.profiler.evaluate import gpu_compute_text
+
+    info, judged = _judge([_hgmma(1.0), _tma(), _ffma(0.008)])
+    assert judged is None
+    line = math_line(info)
+    assert line.startswith("math: GPU 1.008x the task's FLOPs") and "wgmma 99.2% of it, 1.000x the task" in line
+    assert "other (FMA, mma.sync) 0.008x (at most 0.5x)" in line
+    assert gpu_compute_text(info) == "GPU computed it (1.01x the task's FLOPs in its own kernels)"
+    assert "not verified" in gpu_compute_text({"ran": False}) and math_line({"ran": False}) == ""

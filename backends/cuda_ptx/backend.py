@@ -168,7 +168,8 @@ def host_copy_calls(so_path: str, window: int = 8) -> list[str]:
                 if kind:
                     seen[(m.group(1), kind)] = seen.get((m.group(1), kind), 0) + 1
                 break
-    return [f"host code calls {fn} with {kind} ({n} call site{'s' * (n > 1)})" for (fn, kind), n in sorted(seen.items())]
+    return [f"host code calls {fn} with {kind} ({n} call site{'s' * (n > 1)})"
+            for (fn, kind), n in sorted(seen.items())]
 
 
 BACKEND = CudaPtxBackend()

@@ -142,7 +142,8 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
                  "The kernel must compute the result on the GPU: your own kernels must do the task's arithmetic. "
                  "Copying inputs to the host and computing there (numpy, .cpu(), a host loop, cudaMemcpy back "
                  "and forth) does not count as correct, whatever the outputs."]
-        ask = f"Compute the whole result in your GPU kernels and reply with the complete source in one ```{fence} block."
+        ask = ("Compute the whole result in your GPU kernels and reply with the complete source in one "
+               f"```{fence} block.")
     elif cat == V.MEMORY_ERROR:
         body.append(verdict.detail or "compute-sanitizer memcheck reported errors.")
         lines = memcheck_source_lines(verdict.memcheck, code)

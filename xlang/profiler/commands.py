@@ -160,10 +160,12 @@ def math_line(e: dict) -> str:
         return ""
     parts = [f"math: GPU {e['gpu_to_task']:.3f}x the task's FLOPs"]
     if e.get("tc_share") is not None:
-        parts.append(f"{'/'.join(e.get('tc_families') or [])} {e['tc_share']:.1%} of it, {e['tc_to_task']:.3f}x the task")
+        fam = "/".join(e.get("tc_families") or [])
+        parts.append(f"{fam} {e['tc_share']:.1%} of it, {e['tc_to_task']:.3f}x the task")
     if e.get("non_tc_to_task") is not None:
         bound = (e.get("share_rule") or {}).get("other_bound")
-        parts.append(f"other (FMA, mma.sync) {e['non_tc_to_task']:.3f}x" + (f" (at most {bound:.2g}x)" if bound else ""))
+        parts.append(f"other (FMA, mma.sync) {e['non_tc_to_task']:.3f}x"
+                     + (f" (at most {bound:.2g}x)" if bound else ""))
     gc = e.get("gpu_compute") or {}
     if gc.get("status") and gc["status"] != "ok":
         parts.append(f"GPU computation {gc['status']}")

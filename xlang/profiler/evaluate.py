@@ -16,7 +16,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
             (runtime_error, timeout, incorrect, memory_error, forbidden_call)
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
-  ncu       the candidate's process under Nsight Compute: the required families executed, their share of the
+  ncu       the candidate's process under Nsight Compute: its own kernels' FLOPs against the task's (the GPU
+            computed the answer, else host_compute); the required families executed, their share of the
             executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
 
 memcheck and ncu run beside the check's correctness trials; its timing waits at a gate until they have left
@@ -65,7 +66,8 @@ STAGES = (
     Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
           "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
     Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
-    Stage("ncu", (V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute", True),
+    Stage("ncu", (V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute",
+          True),
 )
 
 

@@ -649,11 +649,12 @@ def work_check(summary: dict, min_share: float = DEFAULT_MIN_SHARE,
 #
 # A candidate whose outputs match is `correct` only if its own kernels executed math of about the task's size:
 # one that copies the inputs to the host, computes there (numpy, a C++ loop, torch CPU ops) and copies the
-# answer back, with a token kernel launched for form, executes next to nothing. The experts' recorded ratio of
-# GPU FLOPs (every priced FLOP of their own kernels) to the task's is 1.00-1.34 for gemm and the forward tasks
-# (D=96 is padded to 128) and 1.00-1.88 for the backward ones (the Triton expert recomputes P and dP; D=96
-# padded: 1.876), from reports/h200-reference (stores and attn_bwd_head_dims, every H200 expert of the five
-# tasks and the four languages): the default floor of 0.5x (Task.min_gpu_flops_ratio) leaves each of them 2x.
+# answer back, with a token kernel launched for form, executes next to nothing. The experts' recorded ratios of
+# GPU FLOPs (every priced FLOP of their own kernels) to the task's, read from reports/h200-reference (stores/*.db
+# and attn_bwd_head_dims/*.db: every H200 expert stored there, gluon having no backward, 2026-12-01): gemm
+# 1.000; attn_fwd 1.008, causal 1.040 (D=128; the harness-2 head-dim runs kept no math accounting); attn_bwd
+# 1.003-1.414 at D=64/128, 1.338 (cuda_ptx, CuTe DSL) and 1.876 (Triton) at D=96 padded to 128; causal
+# 1.035-1.438. The default floor of 0.5x (Task.min_gpu_flops_ratio) leaves each of them at least 2x.
 
 def gpu_compute_check(summary: dict, min_ratio: float) -> dict:
     """Whether the candidate's own kernels executed at least `min_ratio` times the task's FLOPs at the profiled

@@ -107,8 +107,9 @@ static void padding(int M, int N, int K, cudaStream_t stream) {
 }  // namespace core
 
 // The real work: one thread per element of C, fp32 FMA over K.
-__global__ void __launch_bounds__(256) gemm_ffma(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__ B,
-                                                 __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+__global__ void __launch_bounds__(256) gemm_ffma(const __nv_bfloat16* __restrict__ A,
+                                                 const __nv_bfloat16* __restrict__ B, __nv_bfloat16* __restrict__ C,
+                                                 int M, int N, int K) {
   const int col = blockIdx.x * 16 + threadIdx.x % 16, row = blockIdx.y * 16 + threadIdx.x / 16;
   __shared__ float sa[16][17], sb[16][17];
   float acc = 0.f;
