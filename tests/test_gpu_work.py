@@ -4,6 +4,7 @@ parser's own types. CPU only."""
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -316,3 +317,26 @@ def test_eval_output_and_the_ok_detail_say_where_the_math_was_done():
     assert "other (FMA, mma.sync) 0.008x (at most 0.5x)" in line
     assert gpu_compute_text(info) == "GPU computed it (1.01x the task's FLOPs in its own kernels)"
     assert "not verified" in gpu_compute_text({"ran": False}) and math_line({"ran": False}) == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads another uid's processes: needs root, as the judge has")
+def test_host_cpu_time_of_a_jail_uid_is_read_from_proc():
+    import time
+
+    from xlang.profiler.judge import process_cpu_ms
+    from xlang.sandbox import CANDIDATE_UID_BASE, kill_uid
+
+    uid = CANDIDATE_UID_BASE + 999  # a slot no stage uses (4 per GPU)
+    assert process_cpu_ms(os.getuid()) is None  # not a jail uid: the judge's own time would count
+    # A fixed amount of CPU work (dd copying zeros, reaped by the shell: its time moves to the shell's cutime),
+    # then a sleep that keeps the shell alive.
+    busy = subprocess.Popen(["/bin/sh", "-c", "dd if=/dev/zero of=/dev/null bs=1M count=4000 2>/dev/null; sleep 30"],
+                            user=uid, group=uid, cwd="/")
+    try:
+        deadline = time.monotonic() + 30
+        while (process_cpu_ms(uid) or 0) < 100 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert process_cpu_ms(uid) >= 100, process_cpu_ms(uid)
+    finally:
+        kill_uid(uid)  # the shell and its sleep
+        busy.wait()
