@@ -340,3 +340,22 @@ def test_host_cpu_time_of_a_jail_uid_is_read_from_proc():
     finally:
         kill_uid(uid)  # the shell and its sleep
         busy.wait()
+
+
+def test_the_fixit_schemas_know_the_new_category():
+    """A host_compute failure and its fix are fixit pairs like any other: every category enum lists it."""
+    from xlang.fixit import common as C
+
+    def enums(node):
+        if isinstance(node, dict):
+            if "incorrect" in node.get("enum", []):
+                yield node["enum"]
+            for v in node.values():
+                yield from enums(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from enums(v)
+
+    for name in ("fixit", "note", "pair", "unfixed"):
+        found = list(enums(C.schema(name)))
+        assert found and all(set(C.FAILURES) - {V.NO_CODE} <= set(e) for e in found), name
