@@ -614,7 +614,8 @@ def work_check(summary: dict, min_share: float = DEFAULT_MIN_SHARE,
             bound = other_math_bound(min_share, hi) * task
             if other > bound:
                 scale, unit = _flops_text([other, bound])
-                return (f"other math ({other / scale:.3g} {unit}) exceeds what any {fam} share could allow "
+                return (f"other math ({other / scale:.3g} {unit}, {other / task:.3g}x the task's FLOPs) exceeds what "
+                        f"any {fam} share could allow "
                         f"({bound / scale:.3g} {unit} at {100 * min_share:g}% share and at most {hi:g}x the task's "
                         f"FLOPs); {fam}'s own FLOPs are not readable from SASS")
         return None
@@ -640,8 +641,9 @@ def work_check(summary: dict, min_share: float = DEFAULT_MIN_SHARE,
         r = tc / task
         if r < lo or r > hi:
             scale, unit = _flops_text([tc, task])
+            other = f"; other math {summary['non_tc_to_task']:.3g}x" if summary.get("non_tc_to_task") is not None else ""
             return (f"{fam} did {r:.3g}x the task's FLOPs ({tc / scale:.3g} of {task / scale:.3g} {unit} at the "
-                    f"profiled shape; {lo:g}x to {hi:g}x required)")
+                    f"profiled shape; {lo:g}x to {hi:g}x required){other}")
     return None
 
 
