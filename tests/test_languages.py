@@ -278,3 +278,15 @@ def test_compare_four_languages_on_b200(tmp_path):
 
     main = pd.read_csv(out / "data" / "cells.csv")
     assert list(dict.fromkeys(main["lang"])) == list(BUILT_IN)
+
+
+@pytest.mark.parametrize("lang", BUILT_IN)
+def test_every_languages_prompt_says_once_that_the_gpu_must_compute_the_result(lang):
+    """Issue 40: the contract (task_section, shared by every language's first prompt) says it, once."""
+    from xlang.agent.prompt import GPU_COMPUTE_RULE, first_prompt
+
+    be = B.get_backend(lang)
+    for task in map(get_task, task_names()):
+        arch = archs()["h100"]
+        text = first_prompt(task, arch, be, task.shape(), task.required_for(arch), "none")
+        assert text.count(GPU_COMPUTE_RULE) == 1 and text.count("host_compute") == 1, (lang, task.name)

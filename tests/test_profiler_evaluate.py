@@ -313,3 +313,30 @@ def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_execute
     assert [a["kernels"] for a in info["attempts"]] == [0] * len(calls)
     # The same warning after an error of ncu's own is the tool's failure, not the candidate's.
     assert ev._ncu_saw_no_kernel("==ERROR== ERR_NVGPUCTRPERM\n==WARNING== No kernels were profiled.\n") is False
+
+
+@pytest.mark.slow
+def test_an_answer_computed_off_the_gpu_is_never_correct_and_no_ncu_says_it_was_not_verified(tmp_path, monkeypatch):
+    """Issue 40 through evaluate() with a fake GPU: the check passed (outputs matched, timed), Nsight Compute found
+    the candidate's kernels far below the task's FLOPs: host_compute, correct false, not timed. With
+    --no-ncu the verdict says the GPU computation was not verified instead of passing it silently."""
+    task, arch, build = _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch)
+
+    def fake_ncu(spec, workdir, options, gpu, *rest, gpu_free=None, check_done=None):
+        if gpu_free is not None:
+            gpu_free.set()
+        info = {"ran": True, "families": {"wgmma": 1.0, "tma": 1.0},
+                "gpu_compute": {"status": "off_gpu", "gpu_to_task": 1e-6, "min_ratio": 0.5, "detail": "tiny"}}
+        return info, (V.HOST_COMPUTE, "the candidate's own kernels executed 1e-06x the task's FLOPs")
+
+    monkeypatch.setattr(ev, "memcheck_stage", lambda *a, **k: ({"ran": True, "errors": 0}, None))
+    monkeypatch.setattr(ev, "ncu_stage", fake_ncu)
+    v = ev.evaluate(build, "triton", task, arch, options={"extra_env": {"FAKE_STATUS": "ok"}, "seed": 5})
+    assert v.category == V.HOST_COMPUTE and "1e-06x" in v.detail, v.detail
+    assert v.correct is False and v.executed_ok is False and v.timing is None  # known before the timing: skipped
+    sc = V.scores(v.to_dict())
+    assert sc["correct"] is False and sc["speedup"] is None and not sc["correct_with_target"]
+    v = ev.evaluate(build, "triton", task, arch, options={"extra_env": {"FAKE_STATUS": "ok"}, "seed": 5,
+                                                          "no_ncu": True})
+    assert v.category == V.OK and "GPU computation not verified" in v.detail, v.detail
+    assert "nor that the GPU computed the answer" in v.executed["note"]

@@ -14,6 +14,7 @@ from xlang import verdict as V
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "tests" / "kernels"
 BAD = KERNELS / "bad"
+HOSTILE = KERNELS / "hostile"
 SMALL = {"M": 2048, "N": 2048, "K": 1024}
 
 pytestmark = pytest.mark.gpu
@@ -53,6 +54,11 @@ def _assert_ok_with_tc(v):
         busy = sum(a["median_ms"] for a in profile["activities"])
         assert 0 < busy <= v.timing[side]["max_ms"] * 1.5 and profile["idle_ms"] >= 0, (side, profile)
     assert v.correctness["passed"] and len(v.correctness["shapes"]) >= 2
+    # The GPU computed it (issue 40) and FMA did next to nothing (issue 31, item 5).
+    assert v.executed["gpu_compute"]["status"] == "ok" and v.executed["gpu_to_task"] >= 0.99, v.executed["gpu_compute"]
+    assert v.executed["non_tc_to_task"] < 0.05 and v.executed["tc_share"] >= 0.95
+    host = v.correctness["host"]
+    assert host and host["input_sized_dtoh_calls"] == 0 and host["cpu_far_above_gpu_calls"] == 0, host
     assert v.memcheck["ran"] and v.memcheck["errors"] == 0
     fp = v.fingerprint
     for key in ("gpu", "torch", "cuda_runtime", "triton", "seed", "shapes", "harness_version"):
@@ -100,6 +106,36 @@ def test_cuda_dead_wgmma_kernel_is_not_executed():
     v = _eval(path, "cuda_ptx", SMALL, memcheck=False, timing=False)
     assert v.category == V.NOT_EXECUTED, v.detail
     assert v.executed["families"]["wgmma"] == 0
+
+
+@pytest.mark.parametrize("name, lang", [("gemm_numpy_host.py", "triton"), ("gemm_host_loop.cu", "cuda_ptx")])
+def test_a_gemm_computed_on_the_host_is_host_compute_and_not_correct(name, lang):
+    """Issue 40: outputs right, a token GPU kernel, the GEMM on the host: host_compute, correct false, with the
+    evidence recorded (device-to-host copies of the inputs, host CPU time far above GPU time, the build's note)."""
+    v = _eval(HOSTILE / name, lang, SMALL)
+    assert v.category == V.HOST_COMPUTE, v.detail
+    assert v.correct is False and V.scores(v.to_dict())["correct"] is False and not v.correct_with_arch
+    assert v.executed["gpu_compute"]["status"] == "off_gpu" and v.executed["gpu_to_task"] < 0.05
+    host = v.correctness["host"]
+    assert host["input_sized_dtoh_calls"] >= 1 and host["cpu_far_above_gpu_calls"] >= 1, host
+    assert v.build["host_round_trip"] and "evidence" in v.detail
+
+
+@pytest.mark.parametrize("name, lang", [("gemm_wgmma_padding.py", "triton"), ("gemm_wgmma_padding.cu", "cuda_ptx")])
+def test_wgmma_padding_beside_fma_work_is_not_executed(name, lang):
+    """Issue 31, class 5: FMA does the GEMM, dummy wgmma on its own data does 1.06x the task (~52% share)."""
+    v = _eval(HOSTILE / name, lang, SMALL, timing=False)
+    assert v.category == V.NOT_EXECUTED, v.detail
+    e = v.executed
+    assert 0.4 < e["tc_share"] < 0.6 and 1.0 <= e["tc_to_task"] < 1.2 and e["non_tc_to_task"] > 0.9, e
+    assert e["gpu_compute"]["status"] == "ok"  # the GPU did compute it: only not with the target instructions
+    assert "at least 80% required" in v.detail
+
+
+def test_an_honest_fma_gemm_is_correct_computed_on_the_gpu_and_missing_the_target():
+    v = _eval(ROOT / "tests" / "kernels" / "agent" / "gemm_fma.cu", "cuda_ptx", SMALL, timing=False)
+    assert v.category == V.MISSING_INSTRUCTIONS and v.correct is True and not v.correct_with_arch, v.detail
+    assert v.executed["gpu_compute"]["status"] == "ok" and v.executed["gpu_to_task"] >= 0.99
 
 
 def test_runtime_cublas_is_forbidden():

@@ -226,3 +226,16 @@ def test_harness_and_call_idle_come_from_the_stored_verdicts(tmp_path):
     assert tables.harness_versions(stored) == "3, 4 (mixed: their timings were taken differently)"
     html = write_report(stored, tmp_path / "out").index.read_text()
     assert "3, 4 (mixed: their timings were taken differently)" in html and "not recorded" not in html
+
+
+def test_a_host_compute_candidate_is_not_correct_in_the_tables():
+    """Outputs matched, but the GPU did not compute them (issue 40): 0 correct, and the error table lists it."""
+    from report_records import run, verdict
+
+    host = verdict("host_compute", "h100", "triton", "gemm", 0.01)
+    host["correct"] = True  # even a stored field saying otherwise
+    ds = from_records([run("g-t-h-host", "gemm", "triton", "h100", 0, [host])], [{"host": "test-box"}], source="t")
+    t = _cell(tables.cell_stats(ds), "gemm", "h100", "triton")
+    assert t.n_runtime == 1 and t.correctness_rate == 0.0 and t.n_speedup_correct == 0
+    errors = tables.error_table(ds)
+    assert "host_compute" in errors.columns and errors["host_compute"].sum() == 1

@@ -40,6 +40,20 @@ TORCH_COMPUTE_FORBIDDEN = (
     (r"\bquack\b", "the peers' libraries (quack, flash_attn) are not allowed: they are the comparison, not the answer"),
 )
 
+# Host round trips in Python host code (issue 40): the task's data brought to the host, where numpy or torch's
+# CPU ops could compute the answer. Evidence in the build record (BuildResult.host_round_trip), never a failure
+# by itself: an honest candidate may read a size or a flag this way, and only the run (Nsight Compute's FLOPs of
+# its own kernels) decides whether the GPU computed the answer.
+PYTHON_HOST_ROUND_TRIP = (
+    (r"\.cpu\s*\(", "copies a tensor to the host (.cpu())"),
+    (r"\.numpy\s*\(", "hands a tensor to numpy (.numpy())"),
+    (r"\.tolist\s*\(", "reads a tensor into Python lists (.tolist())"),
+    (r"\.item\s*\(", "reads a tensor element on the host (.item())"),
+    (r"\.to\s*\(\s*(device\s*=\s*)?['\"]cpu", "moves a tensor to the CPU (.to('cpu'))"),
+    (r"device\s*=\s*['\"]cpu['\"]", "makes a tensor on the CPU (device='cpu')"),
+    (r"^\s*(import\s+numpy|from\s+numpy\b)", "imports numpy"),
+)
+
 
 @dataclass
 class KernelImage:
@@ -66,6 +80,8 @@ class BuildResult:
     seconds: float = 0.0
     census: Census | None = None
     cached: bool = False  # reused from the build cache (xlang.build_cache), files verified
+    # What the source or the host binary shows of a host round trip (Backend.host_round_trip): evidence, no verdict
+    host_round_trip: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -117,6 +133,7 @@ class Backend(ABC):
     suffix: str = ""
     fences: tuple[str, ...] = ()
     forbidden: tuple[tuple[str, str], ...] = ()
+    host_patterns: tuple[tuple[str, str], ...] = ()  # (pattern, what) of host round trips (host_round_trip)
     rank: int = 100
     color: str = "#888888"
     tools: tuple[str, ...] = ()
@@ -151,6 +168,13 @@ class Backend(ABC):
         """The language's part of the architecture docs at level 'templates' and above: paths relative to
         arch_docs/ (a '*' marks files that should exist and do not). Default: <docs>/templates/<name>.md."""
         return [f"{arch.docs}/templates/{self.name}.md"]
+
+    def host_round_trip(self, source: str, build: BuildResult) -> list[str]:
+        """Where the candidate's host code brings the task's data to the host (`host_patterns` on the source):
+        recorded in the build, decided by the run (issue 40)."""
+        code = strip_comments(source, self.suffix)
+        return [f"{why} (matched '{m.group(0).strip()}')" for pattern, why in self.host_patterns
+                for m in [re.search(pattern, code, re.M)] if m]
 
     def screen(self, source: str) -> list[str]:
         """Static screen of the source: the reasons it is forbidden, empty when clean."""
@@ -221,6 +245,7 @@ class PythonModuleBackend(Backend):
     suffix = ".py"
     fences = ("python", "py")
     forbidden = TORCH_COMPUTE_FORBIDDEN
+    host_patterns = PYTHON_HOST_ROUND_TRIP
     distributions = ("torch",)
     static_build: str = ""
     static_build_what: str = "import and entry point with the target faked"
@@ -477,6 +502,7 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
             ptx = [Path(p).read_text() for p in sorted({k.ptx for k in result.kernels if k.ptx})]
             binaries = sorted({k.cubin for k in result.kernels})
             result.census = take_census(binaries, ptx, arch, required)
+            result.host_round_trip = backend.host_round_trip(source_text, result)
     result.seconds = time.monotonic() - start
     if key:
         build_cache.store(key, result)

@@ -194,6 +194,9 @@ def print_census(build, console) -> None:
         ("[red]missing[/red]: " + ", ".join(census.missing))
     how = "from the build cache" if build.cached else f"build {build.seconds:.2f} s"
     console.print(f"required families (*) {verdict}   {how}")
+    if getattr(build, "host_round_trip", None):
+        console.print("host round trip (evidence; only the run decides): " + "; ".join(build.host_round_trip),
+                      style="yellow", highlight=False, markup=False)
 
 
 @app.command("build")

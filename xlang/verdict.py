@@ -2,14 +2,15 @@
 
 Every candidate that compiles is run (on a GPU of its architecture) whatever its static census says, and the
 verdict keeps the scoring fields apart, as PTXBench counts them: `compiled`, `census_ok` (the required
-instruction families are in its SASS), `correct` (it computed the function on fresh inputs at run time),
+instruction families are in its SASS), `correct` (it computed the function on fresh inputs at run time, on the GPU),
 `executed_ok` (the required families executed at run time and did the work: their share of the math and
 their FLOPs against the task's), and the timing.
 
 Its one `category` is the first failing stage, in this declared order (STAGE_ORDER):
   no_code -> forbidden_call (static screen; vendor kernels at run time) -> compile_error -> runtime_error /
-  timeout -> incorrect -> memory_error -> missing_instructions (census; the candidate may still be correct)
-  -> not_executed (ncu: the families did not do the work) -> ok.
+  timeout -> incorrect -> host_compute (ncu: its outputs match, but its own kernels executed far less math than
+  the task's: the answer was computed off the GPU; never correct) -> memory_error -> missing_instructions
+  (census; the candidate may still be correct) -> not_executed (ncu: the families did not do the work) -> ok.
 `static_ok` is a candidate that compiled with its required families when runtime was not run (e.g. b200
 on this workplace): never counted as correct.
 """
@@ -25,16 +26,17 @@ MISSING_INSTRUCTIONS = "missing_instructions"
 RUNTIME_ERROR = "runtime_error"
 TIMEOUT = "timeout"
 INCORRECT = "incorrect"
+HOST_COMPUTE = "host_compute"  # computed off the GPU (xlang.profiler.ncu.gpu_compute_check)
 MEMORY_ERROR = "memory_error"
 NOT_EXECUTED = "not_executed"
 OK = "ok"
 STATIC_OK = "static_ok"
 
 # The order in which categories are decided (the first failing one is the verdict's category).
-STAGE_ORDER = (NO_CODE, FORBIDDEN_CALL, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, INCORRECT, MEMORY_ERROR,
-               MISSING_INSTRUCTIONS, NOT_EXECUTED, OK, STATIC_OK)
+STAGE_ORDER = (NO_CODE, FORBIDDEN_CALL, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, INCORRECT, HOST_COMPUTE,
+               MEMORY_ERROR, MISSING_INSTRUCTIONS, NOT_EXECUTED, OK, STATIC_OK)
 CATEGORIES = (NO_CODE, COMPILE_ERROR, FORBIDDEN_CALL, MISSING_INSTRUCTIONS, RUNTIME_ERROR, TIMEOUT, INCORRECT,
-              MEMORY_ERROR, NOT_EXECUTED, OK, STATIC_OK)
+              HOST_COMPUTE, MEMORY_ERROR, NOT_EXECUTED, OK, STATIC_OK)
 # Correct (for verdicts stored before the scoring fields existed): computed the function at run time.
 CORRECT = (MEMORY_ERROR, NOT_EXECUTED, OK)
 # Correct and executed the architecture's required instructions at run time (memcheck clean too).
@@ -88,7 +90,8 @@ def scores(verdict: dict | None) -> dict:
 
       compiled             the candidate built
       census_ok            the required families are in its SASS (None: not known, e.g. it did not compile)
-      correct              it computed the function on fresh random inputs at run time
+      correct              it computed the function on fresh random inputs at run time, on the GPU (never for
+                           host_compute, whatever a stored field says)
       executed_ok          the required families executed at run time (None: not measured)
       correct_with_target  correct AND census_ok AND executed_ok is True (never for a static-only verdict)
       speedup              over the vendor baseline, when correct (else None)
@@ -124,6 +127,7 @@ def scores(verdict: dict | None) -> dict:
         census_ok = None
 
     correct = v["correct"] if isinstance(v.get("correct"), bool) else category in CORRECT
+    correct = correct and category != HOST_COMPUTE  # matching outputs computed off the GPU are not a correct kernel
 
     if isinstance(v.get("executed_ok"), bool):
         executed_ok = v["executed_ok"]

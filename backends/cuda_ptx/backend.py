@@ -33,6 +33,24 @@ class CudaPtxBackend(Backend):
         (r"#\s*include\s*[<\"](torch|ATen|c10)/", "torch / ATen are not available to a cuda_ptx candidate"),
     )
 
+    # Host round trips (issue 40: evidence in the build record, never a failure by itself).
+    host_patterns = (
+        (r"\bcudaMemcpyDeviceToHost\b", "copies device memory to the host (cudaMemcpyDeviceToHost)"),
+        (r"\bcuMemcpyDtoH\w*", "copies device memory to the host (cuMemcpyDtoH)"),
+        (r"\bcudaMemcpyDefault\b", "copies in a direction the pointers decide (cudaMemcpyDefault)"),
+        (r"\bcuda(MallocHost|HostAlloc|HostRegister|MallocManaged)\b", "uses host-visible memory"),
+    )
+
+    def host_round_trip(self, source: str, build: BuildResult) -> list[str]:
+        """The source's round trips and, from the shared object's host code (objdump, where installed), each
+        call of cudaMemcpy / cudaMemcpyAsync whose kind argument (the fourth, %ecx in the x86-64 SysV ABI) is
+        set to cudaMemcpyDeviceToHost (2) or cudaMemcpyDefault (4) just before it: the runtime is linked in
+        statically, so the symbol alone says nothing (every build has it)."""
+        found = super().host_round_trip(source, build)
+        if build.load_path:
+            found += host_copy_calls(build.load_path)
+        return found
+
     def versions(self) -> dict[str, str]:
         from xlang.build_cache import _nvcc_version
 
@@ -115,6 +133,43 @@ class CudaPtxBackend(Backend):
 
         call.library = lib  # keep the library loaded as long as the callable lives
         return call
+
+
+_CALL = re.compile(r"\bcall\s+[0-9a-f]+\s+<(cudaMemcpy(?:Async)?)(?:_ptds|_ptsz)?>")
+_KIND = re.compile(r"\bmov\s+\$0x([0-9a-f]+),%ecx\b")
+_KINDS = {2: "cudaMemcpyDeviceToHost", 4: "cudaMemcpyDefault"}
+
+
+def host_copy_calls(so_path: str, window: int = 8) -> list[str]:
+    """Calls in the host code of a shared object to cudaMemcpy(Async) with kind DeviceToHost or Default, read
+    from `objdump -d` (the constant loaded into %ecx within `window` instructions before the call). [] when
+    objdump is absent or fails: evidence only."""
+    import shutil
+
+    tool = shutil.which("objdump")
+    if tool is None:
+        return []
+    try:
+        text = subprocess.run([tool, "-d", "--no-show-raw-insn", so_path], capture_output=True, text=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines, seen = text.splitlines(), {}
+    for i, line in enumerate(lines):
+        m = _CALL.search(line)
+        if not m:
+            continue
+        for before in reversed(lines[max(0, i - window):i]):
+            if "call" in before:
+                break  # a call in between clobbers %ecx
+            k = _KIND.search(before)
+            if k:
+                kind = _KINDS.get(int(k.group(1), 16))
+                if kind:
+                    seen[(m.group(1), kind)] = seen.get((m.group(1), kind), 0) + 1
+                break
+    return [f"host code calls {fn} with {kind} ({n} call site{'s' * (n > 1)})"
+            for (fn, kind), n in sorted(seen.items())]
 
 
 BACKEND = CudaPtxBackend()

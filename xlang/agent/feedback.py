@@ -13,7 +13,7 @@ from xlang.agent.buildinfo import memcheck_source_lines, resources_text
 from xlang.task import ENTRY_POINT
 
 # Best first: what "best candidate" means when no candidate is ok.
-RANK = (V.OK, V.NOT_EXECUTED, V.MEMORY_ERROR, V.STATIC_OK, V.INCORRECT, V.TIMEOUT, V.RUNTIME_ERROR,
+RANK = (V.OK, V.NOT_EXECUTED, V.MEMORY_ERROR, V.STATIC_OK, V.HOST_COMPUTE, V.INCORRECT, V.TIMEOUT, V.RUNTIME_ERROR,
         V.MISSING_INSTRUCTIONS, V.FORBIDDEN_CALL, V.COMPILE_ERROR, V.NO_CODE)
 
 HEADLINES = {
@@ -24,6 +24,7 @@ HEADLINES = {
     V.RUNTIME_ERROR: "runtime error",
     V.TIMEOUT: "timeout",
     V.INCORRECT: "incorrect result",
+    V.HOST_COMPUTE: "computed off the GPU",
     V.MEMORY_ERROR: "memory error (compute-sanitizer)",
     V.NOT_EXECUTED: "required instructions not executed at run time",
     V.OK: "correct",
@@ -136,6 +137,13 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
         body.append(verdict.detail or "The output does not match the reference.")
         if verdict.correctness:
             body.append("Correctness check: " + _compact(verdict.correctness))
+    elif cat == V.HOST_COMPUTE:
+        body += [verdict.detail or "The outputs match, but the GPU did not compute them.",
+                 "The kernel must compute the result on the GPU: your own kernels must do the task's arithmetic. "
+                 "Copying inputs to the host and computing there (numpy, .cpu(), a host loop, cudaMemcpy back "
+                 "and forth) does not count as correct, whatever the outputs."]
+        ask = ("Compute the whole result in your GPU kernels and reply with the complete source in one "
+               f"```{fence} block.")
     elif cat == V.MEMORY_ERROR:
         body.append(verdict.detail or "compute-sanitizer memcheck reported errors.")
         lines = memcheck_source_lines(verdict.memcheck, code)
@@ -166,7 +174,8 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
         body.append(verdict.detail or "")
     if sc["compiled"] and cat not in (V.COMPILE_ERROR, V.FORBIDDEN_CALL):
         body.append(resources_text((verdict.build or {}).get("resources")))
-    if verdict.runtime_note and cat in (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.NOT_EXECUTED):
+    if verdict.runtime_note and cat in (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.HOST_COMPUTE, V.MEMORY_ERROR,
+                                        V.NOT_EXECUTED):
         body.append(f"Runtime: {verdict.runtime_note}")
     if best is not None and best[0] != turn_idx:
         b_turn, b_cat, b_speed = best

@@ -48,6 +48,13 @@ SYSTEM = (
 # ------------------------------------------------------------------------------------------------ parts
 
 
+# Every language's prompt gets the contract from task_section, so the rule is said once, here (issue 40).
+GPU_COMPUTE_RULE = ("- Compute the result on the GPU, in your own kernels: a candidate whose kernels execute far "
+                    "less arithmetic than the task needs (the outputs computed on the host, e.g. with numpy, "
+                    ".cpu() / .tolist(), or a host loop between cudaMemcpy calls) is judged `host_compute` and "
+                    "is not correct, whatever its outputs.")
+
+
 def task_section(task, shape: dict) -> str:
     c = task.contract
     lines = [
@@ -69,6 +76,7 @@ def task_section(task, shape: dict) -> str:
         c.rules,
         "- Launch every kernel from the calling thread: work started on another thread cannot be tied to the "
         "call by the profiler and earns no credit for executed instructions.",
+        GPU_COMPUTE_RULE,
         "",
         "## Shapes and checks",
         f"- Timed at the default shape {format_shape(shape)}; correctness is also checked at shapes drawn at "

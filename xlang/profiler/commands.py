@@ -108,6 +108,9 @@ def print_verdict(v) -> None:
             own = "yes" if k["candidate"] else ("[red]FORBIDDEN[/red]" if k.get("forbidden") else "no")
             table.add_row(name, own, *[f"{k['families'].get(f, 0):,.0f}" for f in fams])
         console.print(table)
+    line = math_line(e)
+    if line:
+        console.print(line, highlight=False, markup=False)
     t = v.timing or {}
     if t.get("candidate"):
         rest = f", {t['rest_ms']:g} ms idle before each call" if t.get("rest_ms") else ""
@@ -148,6 +151,25 @@ def print_verdict(v) -> None:
                                                          ("triton", "triton")) if fp.get(key))
     parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]
     console.print("[dim]" + " · ".join(p for p in parts if p) + "[/dim]")
+
+
+def math_line(e: dict) -> str:
+    """'math: GPU 1.008x the task's FLOPs · wgmma 99.2% of it, 1.000x the task · other (FMA, mma.sync) 0.008x
+    (at most 0.5x)': what Nsight Compute's counts say of where the math was done ("" when it did not run)."""
+    if e.get("gpu_to_task") is None:
+        return ""
+    parts = [f"math: GPU {e['gpu_to_task']:.3f}x the task's FLOPs"]
+    if e.get("tc_share") is not None:
+        fam = "/".join(e.get("tc_families") or [])
+        parts.append(f"{fam} {e['tc_share']:.1%} of it, {e['tc_to_task']:.3f}x the task")
+    if e.get("non_tc_to_task") is not None:
+        bound = (e.get("share_rule") or {}).get("other_bound")
+        parts.append(f"other (FMA, mma.sync) {e['non_tc_to_task']:.3f}x"
+                     + (f" (at most {bound:.2g}x)" if bound else ""))
+    gc = e.get("gpu_compute") or {}
+    if gc.get("status") and gc["status"] != "ok":
+        parts.append(f"GPU computation {gc['status']}")
+    return " · ".join(parts)
 
 
 def power_cell(power: dict | None) -> str:

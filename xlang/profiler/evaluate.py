@@ -16,7 +16,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
             (runtime_error, timeout, incorrect, memory_error, forbidden_call)
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
-  ncu       the candidate's process under Nsight Compute: the required families executed, their share of the
+  ncu       the candidate's process under Nsight Compute: its own kernels' FLOPs against the task's (the GPU
+            computed the answer, else host_compute); the required families executed, their share of the
             executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
 
 memcheck and ncu run beside the check's correctness trials; its timing waits at a gate until they have left
@@ -65,7 +66,8 @@ STAGES = (
     Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
           "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
     Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
-    Stage("ncu", (V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute", True),
+    Stage("ncu", (V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute",
+          True),
 )
 
 
@@ -362,6 +364,12 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
                                         f"did not compile, e.g. {k['name'][:120]} ({k['why']}); Nsight Compute knows "
                                         "kernels by name only, so such a kernel counts as the vendor's (a kernel of "
                                         "your own must be one the build compiles, or be named unlike a library's)")
+    # The GPU computed the answer (issue 40): before the families, since a token kernel also misses them.
+    info["gpu_compute"] = ncu_mod.gpu_compute_check(summary, task.min_gpu_flops_ratio)
+    info["share_rule"] = {"min_share": task.min_tc_share, "ratio": list(task.tc_flops_ratio),
+                          "other_bound": ncu_mod.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])}
+    if info["gpu_compute"]["status"] == "off_gpu":
+        return info, (V.HOST_COMPUTE, info["gpu_compute"]["detail"] + ": the answer was not computed on the GPU")
     if summary["missing"]:
         counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
         extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
@@ -558,10 +566,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         for lock in held:
             lock.release()
         verdict.category, verdict.detail = category, detail
-        if category in (V.FORBIDDEN_CALL, V.INCORRECT):
-            # Wherever found (the ncu stage too, after the timing): a vendor's work or a wrong answer under the
-            # profiler is not a correct candidate, and its timing is never a speedup of one.
+        if category in (V.FORBIDDEN_CALL, V.INCORRECT, V.HOST_COMPUTE):
+            # Wherever found (the ncu stage too, after the timing): a vendor's work, a wrong answer under the
+            # profiler or an answer computed off the GPU is not a correct candidate, and its timing is never a
+            # speedup of one.
             verdict.correct = False
+        if category == V.HOST_COMPUTE:
+            verdict.detail = detail + host_evidence_text(verdict)
         verdict.fingerprint["seconds"] = round(time.monotonic() - started, 2)
         try:
             (workdir / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
@@ -717,10 +728,12 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
         verdict.executed, failure = ncu_future.result()
-        verdict.executed_ok = True if failure is None else False if failure[0] == V.NOT_EXECUTED else None
+        verdict.executed_ok = True if failure is None else \
+            False if failure[0] in (V.NOT_EXECUTED, V.HOST_COMPUTE) else None
         failures.append(failure)
     else:
-        verdict.executed = {"ran": False, "note": "skipped (--no-ncu): instructions not verified at run time"}
+        verdict.executed = {"ran": False, "note": "skipped (--no-ncu): instructions not verified at run time, nor "
+                                                  "that the GPU computed the answer (its FLOPs against the task's)"}
     world = _same_kernels(verdict.executed, (check.result or {}).get("timed_call_kernels"),
                           (check.result or {}).get("timed_first_call_kernels"))
     if world:
@@ -754,9 +767,12 @@ def _ok_detail(verdict: V.Verdict, required) -> str:
     if e.get("families"):
         parts.append("executed: " + ", ".join(f"{f} {e['families'].get(f, 0):,.0f} threads" for f in required))
         if e.get("tc_share") is not None:
-            parts.append(f"tensor cores did {e['tc_share']:.0%} of the math ({e.get('tc_to_task') or 0:.2f}x the task's FLOPs)")
+            other = f", other math {e['non_tc_to_task']:.3f}x" if e.get("non_tc_to_task") is not None else ""
+            parts.append(f"tensor cores did {e['tc_share']:.0%} of the math ({e.get('tc_to_task') or 0:.2f}x the "
+                         f"task's FLOPs{other})")
     else:
         parts.append("executed instructions not verified")
+    parts.append(gpu_compute_text(e))
     t = verdict.timing or {}
     if t.get("speedup"):
         parts.append(f"{t['speedup']:.3f}x {t['baseline_name']} ({t['tflops']:.0f} vs {t['baseline_tflops']:.0f} TFLOP/s)"
@@ -765,3 +781,31 @@ def _ok_detail(verdict: V.Verdict, required) -> str:
     if best and best.get("speedup"):
         parts.append(f"{best['speedup']:.3f}x {best['display']} (the fastest peer)")
     return "; ".join(parts)
+
+
+def gpu_compute_text(executed: dict | None) -> str:
+    """Whether the GPU was shown to compute the answer (its own kernels' FLOPs against the task's), in words."""
+    gc = (executed or {}).get("gpu_compute") or {}
+    if gc.get("status") == "ok":
+        return f"GPU computed it ({gc['gpu_to_task']:.2f}x the task's FLOPs in its own kernels)"
+    if gc.get("status") == "unverified":
+        return "GPU computation not verified (" + gc.get("detail", "") + ")"
+    return "GPU computation not verified (Nsight Compute did not run)"
+
+
+def host_evidence_text(verdict: V.Verdict) -> str:
+    """What the observed calls showed of a host round trip (judge.host_evidence), for a host_compute detail."""
+    parts = []
+    for where, ev in (("the correctness trials", (verdict.correctness or {}).get("host")),
+                      ("the timed calls", (verdict.timing or {}).get("candidate_host"))):
+        if not ev:
+            continue
+        said = []
+        if ev.get("dtoh_bytes"):
+            said.append(f"device-to-host copies of up to {ev['dtoh_bytes']:,} bytes per call (its inputs: "
+                        f"{ev.get('input_bytes', 0):,} bytes)")
+        if ev.get("cpu_ms") is not None and ev.get("gpu_ms") is not None:
+            said.append(f"host CPU time {ev['cpu_ms']:.3g} ms per call against {ev['gpu_ms']:.3g} ms of GPU time")
+        if said:
+            parts.append(f"in {where}: " + "; ".join(said))
+    return ("; evidence " + "; ".join(parts)) if parts else ""

@@ -482,6 +482,9 @@ class Call:
                 raise Outcome("memory_error", f"the candidate wrote outside {name}: the poisoned bytes around the "
                                               f"buffer changed (shape {format_shape(self.shape)})")
 
+    def input_bytes(self) -> int:
+        return sum(self.shared[n].tensor.numel() * self.shared[n].tensor.element_size() for n in self.inputs)
+
     def output_tensors(self) -> dict:
         return {n: self.shared[n].tensor for n in self.outputs}
 
@@ -663,7 +666,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
     """Every trial of spec["trials"]; nvtx_last: the name of an NVTX range around the last call (the one
     Nsight Compute profiles: the calls before it take the JIT compilation and autotuning)."""
     spec, task = ctx["spec"], ctx["task"]
-    trials = []
+    trials, calls = [], []
     for i, (shape, kind, seed) in enumerate(spec["trials"]):
         last = i == len(spec["trials"]) - 1
         where = f"shape {format_shape(shape)}, inputs '{kind}', seed {seed}"
@@ -672,8 +675,11 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
         try:
             inputs = _make_inputs(task, shape, seed, ctx["kind"], kind)
             call.fill(inputs)
+            cpu0 = process_cpu_ms(runner.uid)
             call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None)
-            _flush(observer, prov)
+            records = _flush(observer, prov)
+            calls.append(call_evidence(records, process_cpu_ms(runner.uid), cpu0, call.input_bytes(),
+                                       observer is not None))
             rec = verify(ctx, call, inputs, where)
         finally:
             call.close([runner])
@@ -690,7 +696,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
         if t["shape"] not in shapes:
             shapes.append(t["shape"])
     return {"passed": True, "trials": len(trials), "shapes": shapes, "kinds": sorted({t["kind"] for t in trials}),
-            "worst": worst}
+            "worst": worst, "host": host_evidence(calls)}
 
 
 def _call_timeout(ctx, deadline: float | None) -> float:
@@ -717,7 +723,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
     seed0 = int(timing.get("seed", 20_261_129))
     rest_s = max(0.0, float(timing.get("rest_ms") or 0.0)) / 1e3  # EvalOptions.timing_rest_ms: every side alike
     call = Call(ctx, shape)
-    wall, spans, profiles = [], [], []
+    wall, spans, profiles, host_calls = [], [], [], []
 
     def one(k: int, check: bool):
         inputs = _make_inputs(task, shape, seed0 + k, "cuda", "normal")
@@ -726,10 +732,15 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         torch.cuda.synchronize()
         if rest_s:
             time.sleep(rest_s)
+        # Host CPU time only around the verified calls (a /proc scan each) and outside the wall clock, which
+        # checks the observer's span; the copies are in the records of every call.
+        cpu0 = process_cpu_ms(runner.uid) if check else None
         t0 = time.perf_counter()
         call.run(runner, _call_timeout(ctx, deadline), primer=True)
         records = without_primer(_flush(observer, prov))
         wall_ms = (time.perf_counter() - t0) * 1e3
+        host_calls.append(call_evidence(records, process_cpu_ms(runner.uid) if check else None, cpu0,
+                                        call.input_bytes(), observer is not None))
         if check:
             verify(ctx, call, inputs, f"timed call {k} of the {who}")
         from xlang.profiler.observer import span
@@ -777,6 +788,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
             "reps": len(samples), "verified_calls": sorted(verified), "wall_stats": _stats(wall),
             "power": power.summary(),
             "profile": call_profile(profiles) if profiles else None,
+            "host": host_evidence(host_calls[3:]),  # the timed calls (the first three compile and estimate)
             "call_kernels": last_call if observer is not None else None,
             "first_call_kernels": first_call if observer is not None else None}
 
@@ -800,6 +812,68 @@ def without_primer(records: list) -> list:
             and _UTILITY_KERNEL.search(first.name) and all(r.start >= first.end for r in timed[1:])):
         return [r for r in records if r is not first]
     return records
+
+
+def process_cpu_ms(uid: int | None) -> float | None:
+    """CPU time (user + system, reaped children included) of every live process of a jail uid, in ms, from
+    /proc/PID/stat (fields 14-17, clock ticks). None where the uid is not a jail's own (not root: the candidate
+    then shares the judge's uid, whose time would count the judge too)."""
+    from xlang.sandbox import CANDIDATE_UID_BASE, uid_processes
+
+    if uid is None or os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
+        return None
+    ticks = 0
+    for pid, _ in uid_processes(uid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime (after pid, comm, state)
+        except (OSError, ValueError, IndexError):
+            continue  # it ended between the scan and the read
+    return ticks * 1e3 / os.sysconf("SC_CLK_TCK")
+
+
+def call_evidence(records: list, cpu_after_ms: float | None, cpu_before_ms: float | None, input_bytes: int,
+                  observed: bool) -> dict:
+    """What one call showed of a host round trip (issue 40): bytes it copied to the host (CUPTI's copy kinds),
+    the candidate's host CPU time and the GPU's busy time (the span less its idle gaps: host work between a
+    copy to the host and the copy back is idle GPU time inside the span). Evidence only: Nsight Compute's FLOPs
+    decide."""
+    from xlang.profiler.observer import TO_HOST, ObserverError, activities, copied_bytes, span
+
+    copies = copied_bytes(records) if observed else {}
+    cpu = None if cpu_after_ms is None or cpu_before_ms is None else max(0.0, cpu_after_ms - cpu_before_ms)
+    try:
+        gpu_ms = (span(records) - sum(a[1] for a in activities(records))) / 1e6 if observed else None
+    except ObserverError:  # an untimed record: the timing's own span() says so where it counts
+        gpu_ms = None
+    return {"dtoh_bytes": sum(copies.get(k, 0) for k in TO_HOST) if observed else None,
+            "htod_bytes": copies.get("HtoD", 0) if observed else None, "input_bytes": input_bytes,
+            "cpu_ms": cpu, "gpu_ms": gpu_ms}
+
+
+# A call's host CPU time this many times its GPU time (and at least HOST_CPU_MIN_MS) is called far above it: a
+# GPU kernel's call costs the host a launch or a few (tens of us), not the kernel's own time.
+HOST_CPU_FACTOR, HOST_CPU_MIN_MS = 10.0, 5.0
+
+
+def host_evidence(calls: list[dict]) -> dict | None:
+    """Over several calls (call_evidence): the most bytes one call copied to the host and its inputs' size, how
+    many calls copied at least half their inputs' bytes to the host, the median host CPU and GPU times, and how
+    many calls spent host CPU time far above their GPU time. None without calls."""
+    if not calls:
+        return None
+
+    def median(xs):
+        xs = sorted(x for x in xs if x is not None)
+        return xs[len(xs) // 2] if xs else None
+
+    most = max(calls, key=lambda c: c.get("dtoh_bytes") or 0)
+    far = [c for c in calls if c.get("cpu_ms") is not None and c.get("gpu_ms") is not None
+           and c["cpu_ms"] >= max(HOST_CPU_MIN_MS, HOST_CPU_FACTOR * c["gpu_ms"])]
+    return {"calls": len(calls), "dtoh_bytes": most.get("dtoh_bytes"), "input_bytes": most.get("input_bytes"),
+            "input_sized_dtoh_calls": sum(1 for c in calls if (c.get("dtoh_bytes") or 0) >= 0.5 * c["input_bytes"] > 0),
+            "cpu_ms": median(c.get("cpu_ms") for c in calls), "gpu_ms": median(c.get("gpu_ms") for c in calls),
+            "cpu_far_above_gpu_calls": len(far)}
 
 
 def call_profile(profiles: list) -> dict:
@@ -982,6 +1056,7 @@ def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
         "candidate_wall": cand["wall_stats"], "baseline_wall": base["wall_stats"],
         "candidate_power": cand.get("power"), "baseline_power": base.get("power"),
         "candidate_profile": cand.get("profile"), "baseline_profile": base.get("profile"),
+        "candidate_host": cand.get("host"), "baseline_host": base.get("host"),
         "rest_ms": ctx["spec"]["timing"].get("rest_ms", 0.0),
         "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"]},
         "baseline_name": task.baseline_name,

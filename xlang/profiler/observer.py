@@ -277,15 +277,36 @@ def span(records) -> int:
     return max(r.end for r in timed) - min(r.start for r in timed)
 
 
+# CUpti_ActivityMemcpyKind (cupti_activity.h): the direction of a copy as CUPTI records it (copy_kind).
+COPY_KINDS = {0: "unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+              9: "HtoH", 10: "PtoP"}
+TO_HOST = ("DtoH", "AtoH")  # copies that bring device data to the host
+
+
+def copy_label(r: CopyRecord) -> str:
+    """'memcpy DtoH 33,554,432 B': a copy's direction and size, as a call profile lists it."""
+    return f"memcpy {COPY_KINDS.get(r.copy_kind, str(r.copy_kind))} {r.bytes:,} B"
+
+
+def copied_bytes(records) -> dict[str, int]:
+    """Bytes copied per direction ('DtoH', 'HtoD', ...) over one call's copy records."""
+    out: dict[str, int] = {}
+    for r in records:
+        if isinstance(r, CopyRecord):
+            kind = COPY_KINDS.get(r.copy_kind, str(r.copy_kind))
+            out[kind] = out.get(kind, 0) + r.bytes
+    return out
+
+
 def activities(records) -> list[tuple[str, int, int]]:
     """Where one call's span goes: its kernels, copies and sets in start order as (label, ns of the span before it
     in which nothing ran, its duration ns). The idle ns add up to the span minus the time something ran: launch
-    gaps, host work between launches."""
-    labels = {"C": "memcpy", "S": "memset"}
+    gaps, host work between launches. A copy's label says its direction and size (copy_label)."""
     listed, reach = [], None
     for r in gpu_work(records):  # reach: the latest end so far (kernels of other streams may overlap)
         idle = 0 if reach is None else max(0, r.start - reach)
-        listed.append((labels.get(r.kind) or r.name, idle, r.end - r.start))
+        label = copy_label(r) if isinstance(r, CopyRecord) else "memset" if isinstance(r, SetRecord) else r.name
+        listed.append((label, idle, r.end - r.start))
         reach = r.end if reach is None else max(reach, r.end)
     return listed
 

@@ -4,7 +4,7 @@ What it does: every call runs one token 128x128 TMA + tl.dot tile (into a scratc
 are in the SASS and do execute on real threads; the whole of C is computed by a CUDA-core FMA kernel.
 
 An honest judge must conclude: not_executed (the share of the math done by wgmma is ~M*N/(128*128) tiles'
-worth, far under the 50% threshold, and wgmma FLOPs are far under 0.5x the task's FLOPs).
+worth, far under the 80% the task requires, and wgmma FLOPs are far under 0.5x the task's FLOPs).
 """
 
 import os

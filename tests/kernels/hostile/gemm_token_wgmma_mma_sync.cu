@@ -5,7 +5,7 @@
 // tensor-core path, operands straight from global memory).
 //
 // An honest judge must conclude: not_executed (wgmma does a negligible share of the executed math, far under
-// 50%, and far under 0.5x the task's FLOPs).
+// the 80% the task requires, and far under 0.5x the task's FLOPs).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
