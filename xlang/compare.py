@@ -67,6 +67,8 @@ class Cell:
     identity: dict = field(default_factory=dict)  # xlang.identity.toolchain_identity of this cell
     supersedes: list = field(default_factory=list)  # the cell's earlier runs this one replaces
     why: str = ""  # why the cell is judged again ("" when it is new or resumed)
+    options: dict = field(default_factory=dict)  # RunConfig fields of this cell alone (xlang rejudge: its model,
+    # turns, docs, shape, seed and context come from the stored run or the file it judges again)
 
 
 @dataclass
@@ -251,7 +253,7 @@ def resolve(cfg: CompareConfig, cells: list[Cell]) -> set[str]:
 
 def _check_model(model: str) -> None:
     """The model name, its key and its endpoint, before any work (reference and replay are checked per cell)."""
-    if model == "reference" or model.startswith("replay:"):
+    if model == "reference" or model.startswith(("replay:", "file:")):
         return
     from xlang.agent.llm import check_environment
 
@@ -319,12 +321,12 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
         with Store(cfg.store) as store:
             store.supersede(cell.supersedes, cell.run_id)
 
-    rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, model=cfg.model, turns=cfg.turns,
-                   samples=cfg.samples, docs=cfg.docs, profiler=_profiler_spec(cfg), store=cfg.store,
-                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
-                   temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
-                   prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup,
-                   peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms)
+    options = {**dict(model=cfg.model, turns=cfg.turns, samples=cfg.samples, docs=cfg.docs,
+                      shape=task_shape(cfg, cell.task), seed=cfg.seed, context=cfg.context), **cell.options}
+    rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, profiler=_profiler_spec(cfg), store=cfg.store,
+                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, temperature=cfg.temperature,
+                   max_tokens=cfg.max_tokens, run_id=cell.run_id, prompt_variants=cfg.prompt_variants,
+                   target_speedup=cfg.target_speedup, peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms, **options)
     return run(rc, on_turn)
 
 
@@ -404,8 +406,10 @@ def _summarise(result) -> tuple[str, str]:
     return result.status, text
 
 
-def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> CompareResult:
-    """Run (or resume) the whole matrix, then compute its table from the store."""
+def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner=None,
+                title: str = "xlang compare") -> CompareResult:
+    """Run (or resume) the whole matrix, then compute its table from the store. planner(cfg, runtimes) -> cells
+    replaces the matrix's plan (xlang rejudge: one cell per stored run or candidate file)."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
@@ -415,12 +419,13 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
     console = console or Console()
     validate(cfg)
     where = _check_profiler(cfg)
-    cells = plan(cfg, _runtimes(cfg))
+    cells = (planner or plan)(cfg, _runtimes(cfg))
     finished = resolve(cfg, cells)
     todo = [c for c in cells if c.run_id not in finished]
-    console.print(f"[bold]xlang compare[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
-                  f"{len(cfg.langs)} language(s) = {len(cells)} cells · model {cfg.model} · turns {cfg.turns} · "
-                  f"samples {cfg.samples} · docs {cfg.docs} · runtime: {where} · store {cfg.store}"
+    console.print(f"[bold]{title}[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
+                  f"{len(cfg.langs)} language(s) = {len(cells)} cells · "
+                  + (f"model {cfg.model} · turns {cfg.turns} · samples {cfg.samples} · docs {cfg.docs}" if planner is None
+                     else "candidates as stored") + f" · runtime: {where} · store {cfg.store}"
                   + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
                   highlight=False)
     again: dict[str, int] = {}

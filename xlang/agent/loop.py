@@ -320,7 +320,7 @@ class Run:
 
     def _turns_limit(self) -> int:
         """The run's turn limit as the tables count it: a reference run has one turn whatever --turns says."""
-        return min(self.cfg.turns, self.source.turns(0, self.cfg.turns)) if self.source.kind == "reference" \
+        return min(self.cfg.turns, self.source.turns(0, self.cfg.turns)) if self.source.kind in ("reference", "file") \
             else self.cfg.turns
 
     def _reached(self, verdict: dict | None) -> bool:
