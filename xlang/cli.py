@@ -254,6 +254,8 @@ from xlang.fixit import commands as _fixit_commands  # noqa: E402
 _fixit_commands.register(app)
 from xlang import rejudge as _rejudge  # noqa: E402
 _rejudge.register(app)
+from xlang import diff as _diff  # noqa: E402
+_diff.register(app)
 
 TRACEBACK_ENV = "XLANG_TRACEBACK"
 
