@@ -5,7 +5,7 @@ candidate's code (its digest; the reply's when no code was extracted), so a stor
 or two compares of the experts under two toolchains, pair up candidate for candidate. Superseded runs are left out.
 
 Per candidate: the category transition (old -> new); each instruction family's SASS count, and which families were
-gained (0 -> >0) or lost (>0 -> 0); the instruction total; registers, spill bytes and static shared memory where
+gained (0 -> >0) or lost (>0 -> 0; both builds compiled: a new compile error is counted as one); the instruction total; registers, spill bytes and static shared memory where
 the build recorded them (ptxas -v or cuobjdump -res-usage, the most of any kernel; spills summed); the SASS mix
 shift (total variation distance between the two opcode distributions: 0 the same mix, 1 nothing in common); the
 compile time (a build reused from the build cache has none); and, where both verdicts ran and were timed, the
@@ -102,7 +102,7 @@ def candidates(store_path: str | Path) -> pd.DataFrame:
                 "code_sha": hashlib.sha256(str(text).encode()).hexdigest()[:16],
                 "expert": t.get("model") == "reference",
                 "name": Path(origin).name if origin else "expert" if t.get("model") == "reference" else
-                f"{run['model']} s{t['sample_idx']} t{t['turn_idx']}",
+                f"{t['run_id']} s{t['sample_idx']} t{t['turn_idx']}",
                 "run_id": t["run_id"], "category": v.get("category") or t.get("category") or "",
                 "compiled": sc["compiled"], "census_ok": sc["census_ok"], "executed_ok": sc["executed_ok"],
                 "correct": sc["correct"], "runtime_ran": sc["runtime_ran"],
@@ -159,7 +159,7 @@ def candidate_rows(pairs) -> pd.DataFrame:
             continue
         fa, fb = a["families"] or {}, b["families"] or {}
         gained = [f for f in fams if not fa.get(f) and fb.get(f)] if a["compiled"] and b["compiled"] else []
-        lost = [f for f in fams if fa.get(f) and not fb.get(f)] if a["compiled"] else []
+        lost = [f for f in fams if fa.get(f) and not fb.get(f)] if a["compiled"] and b["compiled"] else []
         ratio = b["speedup"] / a["speedup"] if a["speedup"] and b["speedup"] else None
         lo = b["speedup_lo"] / a["speedup_hi"] if ratio and b["speedup_lo"] and a["speedup_hi"] else None
         hi = b["speedup_hi"] / a["speedup_lo"] if ratio and b["speedup_hi"] and a["speedup_lo"] else None
