@@ -13,11 +13,11 @@ from xlang.store import Store
 
 
 def _verdict(category, arch, families, opcodes, regs, timing=None, compiled=True, version="3.6.0",
-             required=("tcgen05_mma", "tma")):
+             required=("tcgen05_mma", "tma"), error=None):
     census = {"arch": arch, "required": list(required), "present": [f for f in required if families.get(f)],
               "missing": [f for f in required if not families.get(f)], "families": families, "ptx": {},
               "kernels": [{"name": "k", "families": families, "opcodes": opcodes, "instructions": sum(opcodes.values())}]}
-    build = {"ok": compiled, "seconds": 2.0 if version == "3.6.0" else 3.0, "cached": False,
+    build = {"ok": compiled, "seconds": 2.0 if version == "3.6.0" else 3.0, "cached": False, "error": error,
              "census": census if compiled else None,
              "resources": [{"kernel": "k", "registers": regs, "spill_stores": 0, "spill_loads": 0}] if compiled else []}
     return {"category": category, "build": build, "compiled": compiled, "census_ok": compiled and not census["missing"],
@@ -54,14 +54,19 @@ def stores(tmp_path):
            ("gemm", "b200", "cand A", "m", _verdict("ok", "b200", b200, mix, 96, _timing(0.50))),
            ("gemm", "b200", "cand B", "m", _verdict("ok", "b200", b200, mix, 96, _timing(0.60))),
            ("gemm", "b200", "cand C", "m", _verdict("missing_instructions", "b200", {"tcgen05_mma": 0, "tma": 4},
-                                                    {"UTMALDG": 4, "FFMA": 40}, 64, None))]
+                                                    {"UTMALDG": 4, "FFMA": 40}, 64, None)),
+           ("gemm", "b200", "cand D", "m", _verdict("static_ok", "b200", b200, mix, 96, None))]
     new = [("gemm", "b200", "expert code", "reference", _verdict("ok", "b200", b200, mix, 120, _timing(0.99),
                                                                  version="3.9.0")),
            ("gemm", "b200", "cand A", "m", _verdict("missing_instructions", "b200", {"tcgen05_mma": 8, "tma": 0},
                                                     {"UTCHMMA": 8, "LDG": 4, "FFMA": 20}, 96, None, version="3.9.0")),
            ("gemm", "b200", "cand B", "m", _verdict("compile_error", "b200", {}, {}, 0, None, compiled=False,
                                                     version="3.9.0")),
-           ("gemm", "b200", "cand C", "m", _verdict("ok", "b200", b200, mix, 64, _timing(0.40), version="3.9.0"))]
+           ("gemm", "b200", "cand C", "m", _verdict("ok", "b200", b200, mix, 64, _timing(0.40), version="3.9.0")),
+           ("gemm", "b200", "cand D", "m", _verdict(
+               "compile_error", "b200", {}, {}, 0, None, compiled=False, version="3.9.0",
+               error="the build (import and entry point with the recording driver) exceeded 60 s (the build's time "
+                     "limit)"))]
     a, b = tmp_path / "a.db", tmp_path / "b.db"
     _store(a, "3.6.0", old)
     _store(b, "3.9.0", new)
@@ -72,13 +77,14 @@ def test_diff_transitions_families_speed_and_summary(stores, tmp_path):
     from xlang.diff import diff, write
 
     d = diff(*stores)
-    A, B, C = "run1 s0 t1", "run2 s0 t1", "run3 s0 t1"
+    A, B, C, D = "run1 s0 t1", "run2 s0 t1", "run3 s0 t1", "run4 s0 t1"
     c = d.candidates.set_index("candidate")
-    assert len(c) == 4
+    assert len(c) == 5
     assert (c.loc[A, "old"], c.loc[A, "new"]) == ("ok", "missing_instructions")
     assert c.loc[A, "lost"] == "tma" and c.loc[A, "lost required"] == "tma"
     assert c.loc[C, "gained"] == "tcgen05_mma"
-    assert bool(c.loc[B, "new compile error"])
+    assert bool(c.loc[B, "new compile error"]) and not bool(c.loc[B, "new build time-out"])
+    assert bool(c.loc[D, "new build time-out"]) and not bool(c.loc[D, "new compile error"])
     assert (c.loc["expert", "registers old"], c.loc["expert", "registers new"]) == (128, 120)
     assert c.loc["expert", "speed ratio"] == pytest.approx(1.1)
     assert c.loc["expert", "speed ratio lo"] < 1.1 < c.loc["expert", "speed ratio hi"]
@@ -86,19 +92,20 @@ def test_diff_transitions_families_speed_and_summary(stores, tmp_path):
     assert c.loc["expert", "SASS mix shift"] == 0
     assert c.loc["expert", "old toolchain"] == "triton 3.6.0" and c.loc["expert", "new toolchain"] == "triton 3.9.0"
     (text,) = d.sentences()
-    assert text.startswith("triton 3.6.0 -> triton 3.9.0, sm_100a (triton, 4/4 candidates matched)")
+    assert text.startswith("triton 3.6.0 -> triton 3.9.0, sm_100a (triton, 5/5 candidates matched)")
     assert "1 candidate gained tcgen05_mma" in text and "1 candidate lost tma" in text
     assert "1 new compile error(s)" in text and "geomean speed +10.0% over 1 timed" in text
+    assert "1 build(s) stopped by the build's time limit (not a compile error)" in text
     files = write(d, tmp_path / "out")
     for f in ("html", "markdown", "candidates", "summary", "readiness"):
         assert files[f].stat().st_size > 0
     assert "1 candidate lost tma" in files["html"].read_text() and A in files["markdown"].read_text()
     rows = list(csv.DictReader(open(files["readiness"])))
     old_row = next(r for r in rows if r["store"] == "a.db")
-    assert float(old_row["compiles"]) == 1.0 and float(old_row["required families in SASS"]) == 0.75
+    assert float(old_row["compiles"]) == 1.0 and float(old_row["required families in SASS"]) == 0.8
     assert float(old_row["experts' speed vs vendor"]) == pytest.approx(0.90)
     new_row = next(r for r in rows if r["store"] == "b.db")
-    assert float(new_row["compiles"]) == 0.75 and new_row["toolchain"] == "triton 3.9.0"
+    assert float(new_row["compiles"]) == 0.6 and new_row["toolchain"] == "triton 3.9.0"
 
 
 def test_fail_on_sets_the_exit_code(stores):
@@ -109,7 +116,8 @@ def test_fail_on_sets_the_exit_code(stores):
     assert runner.invoke(app, ["diff", a, b]).exit_code == 0
     r = runner.invoke(app, ["diff", a, b, "--fail-on", "lost-family"])
     assert r.exit_code == 1 and "lost-family: 1 candidate(s): gemm/triton/b200/run1 s0 t1" in r.output
-    assert runner.invoke(app, ["diff", a, b, "--fail-on", "compile-error"]).exit_code == 1
+    r = runner.invoke(app, ["diff", a, b, "--fail-on", "compile-error"])
+    assert r.exit_code == 1 and "compile-error: 1 candidate(s): gemm/triton/b200/run2 s0 t1" in r.output  # not D
     assert runner.invoke(app, ["diff", a, b, "--fail-on", "slower:5%"]).exit_code == 0  # the one timed got faster
     assert runner.invoke(app, ["diff", b, a, "--fail-on", "slower:5%"]).exit_code == 1  # ... and back: slower
     assert runner.invoke(app, ["diff", a, a, "--fail-on", "lost-family,compile-error,slower:5%,unmatched"]

@@ -63,3 +63,17 @@ def test_rejudge_says_what_it_cannot_judge(tmp_path):
     (odd / "kernel.py").write_text("x = 1\n")
     with pytest.raises(XlangError, match="which language"):
         _rejudge([odd], tmp_path / "x.db", archs=["h100"])
+
+
+def test_a_build_stopped_by_its_limit_is_told_apart_from_a_compile_error(monkeypatch):
+    """$XLANG_BUILD_TIMEOUT_S sets the default build limit (a shared machine); a build it stops says so, and
+    xlang diff counts it as a time-out, not as a compile error."""
+    from xlang.archs import get_arch
+    from xlang.backend import BUILD_TIMEOUT_ENV, build_candidate, build_timed_out
+    from xlang.task import get_task
+
+    monkeypatch.setenv(BUILD_TIMEOUT_ENV, "0.01")
+    code = (ROOT / "tests/kernels/triton/gemm_tma.py").read_text()
+    result = build_candidate(code, "triton", get_task("gemm"), get_arch("h100"), cache=False)
+    assert not result.ok and build_timed_out(result.error), result.error
+    assert not build_timed_out("error: identifier \"wgmma\" is undefined")

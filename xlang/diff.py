@@ -6,7 +6,7 @@ or two compares of the experts under two toolchains, pair up candidate for candi
 
 Per candidate: the category transition (old -> new); each instruction family's SASS count, and which families were
 gained (0 -> >0) or lost (>0 -> 0; both builds compiled: a new compile error is counted as one); the instruction total; registers, spill bytes and static shared memory where
-the build recorded them (ptxas -v or cuobjdump -res-usage, the most of any kernel; spills summed); the SASS mix
+the build recorded them (a build stopped by its time limit is a time-out, not a compile error; ptxas -v or cuobjdump -res-usage, the most of any kernel; spills summed); the SASS mix
 shift (total variation distance between the two opcode distributions: 0 the same mix, 1 nothing in common); the
 compile time (a build reused from the build cache has none); and, where both verdicts ran and were timed, the
 speed change: the ratio of the two speedups over the vendor (each verdict times its vendor the same way, so the
@@ -73,6 +73,7 @@ def _run_toolchain(run: dict, verdict: dict) -> dict:
 
 def candidates(store_path: str | Path) -> pd.DataFrame:
     """One row per judged candidate (turn) of a store's current runs."""
+    from xlang.backend import build_timed_out
     from xlang.store import Store
     from xlang.verdict import scores
 
@@ -94,6 +95,7 @@ def candidates(store_path: str | Path) -> pd.DataFrame:
                 for op, n in (k.get("opcodes") or {}).items():
                     opcodes[op] = opcodes.get(op, 0) + n
             sc = scores(v)
+            timed_out = not sc["compiled"] and build_timed_out(build.get("error") or v.get("detail"))
             timing = v.get("timing") or {}
             tc = _run_toolchain(run, v)
             rows.append({
@@ -105,7 +107,7 @@ def candidates(store_path: str | Path) -> pd.DataFrame:
                 f"{t['run_id']} s{t['sample_idx']} t{t['turn_idx']}",
                 "run_id": t["run_id"], "category": v.get("category") or t.get("category") or "",
                 "compiled": sc["compiled"], "census_ok": sc["census_ok"], "executed_ok": sc["executed_ok"],
-                "correct": sc["correct"], "runtime_ran": sc["runtime_ran"],
+                "correct": sc["correct"], "runtime_ran": sc["runtime_ran"], "build_timed_out": timed_out,
                 "required": list(census.get("required") or []), "families": dict(census.get("families") or {}),
                 "instructions": sum(k.get("instructions", 0) for k in census.get("kernels") or []) or None,
                 "opcodes": opcodes, **_resources(build),
@@ -166,7 +168,8 @@ def candidate_rows(pairs) -> pd.DataFrame:
         row.update({
             "gained": ", ".join(gained), "lost": ", ".join(lost),
             "lost required": ", ".join(f for f in lost if f in (a["required"] or [])),
-            "new compile error": bool(a["compiled"] and not b["compiled"]),
+            "new compile error": bool(a["compiled"] and not b["compiled"] and not b["build_timed_out"]),
+            "new build time-out": bool(a["compiled"] and b["build_timed_out"]),
             "fixed compile error": bool(not a["compiled"] and b["compiled"]),
             **{f"{f} old": fa.get(f, 0) for f in fams}, **{f"{f} new": fb.get(f, 0) for f in fams},
             "instructions old": a["instructions"], "instructions new": b["instructions"],
@@ -211,6 +214,7 @@ def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
             row[f"gained {f}"] = int(sum(f in str(x).split(", ") for x in matched.get("gained", [])))
             row[f"lost {f}"] = int(sum(f in str(x).split(", ") for x in matched.get("lost", [])))
         row["new compile errors"] = int(matched.get("new compile error", pd.Series(dtype=bool)).fillna(False).sum())
+        row["new build time-outs"] = int(matched.get("new build time-out", pd.Series(dtype=bool)).fillna(False).sum())
         row["fixed compile errors"] = int(matched.get("fixed compile error", pd.Series(dtype=bool)).fillna(False).sum())
         row["category changed"] = int((matched["old"] != matched["new"]).sum())
         shifts = [x for x in matched.get("SASS mix shift", []) if x is not None and not pd.isna(x)]
@@ -235,12 +239,16 @@ def sentence(row: dict) -> str:
     """'triton 3.6.0 -> triton 3.9.0, sm_100a: 14 candidates gained tcgen05, 2 lost tma, 3 new compile errors,
     geomean speed +4% [+1%, +7%]' (parts with nothing to say are left out)."""
     parts = []
+    row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}  # other archs' families
     for k, v in row.items():
         if (k.startswith("gained ") or k.startswith("lost ")) and v:
             verb, fam = k.split(" ", 1)
             parts.append(f"{v} {'candidate' if v == 1 else 'candidates'} {verb} {fam}")
     if row.get("new compile errors"):
         parts.append(f"{row['new compile errors']} new compile error(s)")
+    if row.get("new build time-outs"):
+        parts.append(f"{row['new build time-outs']} build(s) stopped by the build's time limit (not a compile "
+                     "error)")
     if row.get("fixed compile errors"):
         parts.append(f"{row['fixed compile errors']} compile error(s) fixed")
     if row.get("category changed"):
