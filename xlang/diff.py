@@ -134,6 +134,14 @@ def _mix_shift(a: dict, b: dict) -> float | None:
     return 0.5 * sum(abs(a.get(op, 0) / ta - b.get(op, 0) / tb) for op in set(a) | set(b))
 
 
+def _top_changes(a: dict, b: dict, n: int = 4) -> str:
+    """The opcodes whose counts changed most, 'LDGSTS 48->6, LDG 10->52'."""
+    if not a or not b:
+        return ""
+    ops = sorted(set(a) | set(b), key=lambda op: (-abs(b.get(op, 0) - a.get(op, 0)), op))
+    return ", ".join(f"{op} {a.get(op, 0)}->{b.get(op, 0)}" for op in ops[:n] if a.get(op, 0) != b.get(op, 0))
+
+
 def _pair(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[tuple[dict, dict | None]], list[dict]]:
     """(old, new) pairs by (task, lang, arch, shape, code), the n-th duplicate with the n-th; and NEW's leftovers."""
     key = ["task", "lang", "arch", "shape", "code_sha"]
@@ -167,6 +175,8 @@ def candidate_rows(pairs) -> pd.DataFrame:
         hi = b["speedup_hi"] / a["speedup_lo"] if ratio and b["speedup_hi"] and a["speedup_lo"] else None
         row.update({
             "gained": ", ".join(gained), "lost": ", ".join(lost),
+            "family counts changed": ", ".join(f"{f} {fa.get(f, 0)}->{fb.get(f, 0)}" for f in fams
+                                               if fa.get(f, 0) != fb.get(f, 0)) if a["compiled"] and b["compiled"] else "",
             "lost required": ", ".join(f for f in lost if f in (a["required"] or [])),
             "new compile error": bool(a["compiled"] and not b["compiled"] and not b["build_timed_out"]),
             "new build time-out": bool(a["compiled"] and b["build_timed_out"]),
@@ -177,6 +187,7 @@ def candidate_rows(pairs) -> pd.DataFrame:
             "spill bytes old": a["spill_bytes"], "spill bytes new": b["spill_bytes"],
             "shared bytes old": a["shared_bytes"], "shared bytes new": b["shared_bytes"],
             "SASS mix shift": _mix_shift(a["opcodes"] or {}, b["opcodes"] or {}),
+            "top opcode changes": _top_changes(a["opcodes"] or {}, b["opcodes"] or {}),
             "compile s old": a["compile_s"], "compile s new": b["compile_s"],
             "speed ratio": ratio, "speed ratio lo": lo, "speed ratio hi": hi,
         })
@@ -369,7 +380,7 @@ def _fmt(v) -> str:
     if isinstance(v, bool):
         return "yes" if v else ""
     if isinstance(v, float):
-        return f"{v:.3g}"
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.3g}"
     return str(v)
 
 
@@ -400,9 +411,10 @@ def _changed(c: pd.DataFrame) -> pd.DataFrame:
     keep = (c["old"] != c["new"]) | (c["gained"].fillna("") != "") | (c["lost"].fillna("") != "") \
         | (pd.to_numeric(c["SASS mix shift"], errors="coerce").fillna(0) > 0) \
         | (c["registers old"].astype(str) != c["registers new"].astype(str))
-    cols = ["task", "lang", "arch", "candidate", "old", "new", "gained", "lost", "instructions old",
+    cols = ["task", "lang", "arch", "candidate", "old", "new", "gained", "lost", "family counts changed",
+            "instructions old",
             "instructions new", "registers old", "registers new", "spill bytes old", "spill bytes new",
-            "SASS mix shift", "compile s old", "compile s new", "speed ratio"]
+            "SASS mix shift", "top opcode changes", "compile s old", "compile s new", "speed ratio"]
     return c[keep][[x for x in cols if x in c]]
 
 
