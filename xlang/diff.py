@@ -228,6 +228,8 @@ def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
         row["new build time-outs"] = int(matched.get("new build time-out", pd.Series(dtype=bool)).fillna(False).sum())
         row["fixed compile errors"] = int(matched.get("fixed compile error", pd.Series(dtype=bool)).fillna(False).sum())
         row["category changed"] = int((matched["old"] != matched["new"]).sum())
+        row["family counts changed"] = int((matched.get("family counts changed", pd.Series(dtype=str))
+                                            .fillna("") != "").sum())
         shifts = [x for x in matched.get("SASS mix shift", []) if x is not None and not pd.isna(x)]
         row["mean SASS mix shift"] = sum(shifts) / len(shifts) if shifts else None
         ratios = [x for x in matched.get("speed ratio", []) if x is not None and not pd.isna(x)]
@@ -235,6 +237,13 @@ def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
         row.update({"timed": len(ratios), "geomean speed": point, "geomean speed lo": lo, "geomean speed hi": hi})
         comp = [(o, n) for o, n in zip(matched.get("compile s old", []), matched.get("compile s new", []))
                 if o and n and not pd.isna(o) and not pd.isna(n)]
+        inst = [(o, n) for o, n in zip(matched.get("instructions old", []), matched.get("instructions new", []))
+                if o and n and not pd.isna(o) and not pd.isna(n)]
+        row["geomean instructions"] = math.exp(sum(math.log(n / o) for o, n in inst) / len(inst)) if inst else None
+        regs = [(o, n) for o, n in zip(matched.get("registers old", []), matched.get("registers new", []))
+                if o and n and not pd.isna(o) and not pd.isna(n)]
+        row["registers fewer"] = sum(n < o for o, n in regs)
+        row["registers more"] = sum(n > o for o, n in regs)
         row["geomean compile time"] = math.exp(sum(math.log(n / o) for o, n in comp) / len(comp)) if comp else None
         rows.append(row)
     return pd.DataFrame(rows)
@@ -264,6 +273,12 @@ def sentence(row: dict) -> str:
         parts.append(f"{row['fixed compile errors']} compile error(s) fixed")
     if row.get("category changed"):
         parts.append(f"{row['category changed']} category change(s)")
+    if row.get("family counts changed"):
+        parts.append(f"family counts changed in {row['family counts changed']}")
+    if row.get("geomean instructions") is not None:
+        parts.append(f"SASS instructions {_pct(row['geomean instructions'])} (geomean)")
+    if row.get("registers fewer") or row.get("registers more"):
+        parts.append(f"registers fewer in {row['registers fewer']}, more in {row['registers more']}")
     if row.get("geomean speed") is not None:
         text = f"geomean speed {_pct(row['geomean speed'])} over {row['timed']} timed"
         if row.get("geomean speed lo") is not None:
