@@ -239,6 +239,7 @@ def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
                 if o and n and not pd.isna(o) and not pd.isna(n)]
         inst = [(o, n) for o, n in zip(matched.get("instructions old", []), matched.get("instructions new", []))
                 if o and n and not pd.isna(o) and not pd.isna(n)]
+        row["instructions compared"] = len(inst)
         row["geomean instructions"] = math.exp(sum(math.log(n / o) for o, n in inst) / len(inst)) if inst else None
         regs = [(o, n) for o, n in zip(matched.get("registers old", []), matched.get("registers new", []))
                 if o and n and not pd.isna(o) and not pd.isna(n)]
@@ -276,7 +277,8 @@ def sentence(row: dict) -> str:
     if row.get("family counts changed"):
         parts.append(f"family counts changed in {row['family counts changed']}")
     if row.get("geomean instructions") is not None:
-        parts.append(f"SASS instructions {_pct(row['geomean instructions'])} (geomean)")
+        parts.append(f"SASS instructions {_pct(row['geomean instructions'])} (geomean of "
+                     f"{row['instructions compared']})")
     if row.get("registers fewer") or row.get("registers more"):
         parts.append(f"registers fewer in {row['registers fewer']}, more in {row['registers more']}")
     if row.get("geomean speed") is not None:
