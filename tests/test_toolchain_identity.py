@@ -166,3 +166,21 @@ def test_identity_rules():
               "config": {"runtime": "none", "runtime_note": "not run (--profiler none)"}}
     assert satisfies(legacy, [], {**tc, "runtime": False})
     assert not satisfies(legacy, [], {**tc, "triton": "3.9.0", "runtime": False})
+
+
+def test_compare_rerun_on_the_command_line(tmp_path):
+    """`xlang compare ... --rerun` (the flag #37 asked for): the stored cell is judged again, the old run kept."""
+    from typer.testing import CliRunner
+
+    from xlang.cli import app
+
+    db = tmp_path / "r.db"
+    args = ["compare", "--arch", "h100", "--langs", "cuda_ptx", "--tasks", "gemm", "--profiler", "none",
+            "--store", str(db)]
+    runner = CliRunner()
+    first = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(app, args + ["--rerun"], env={"COLUMNS": "300"})
+    assert again.exit_code == 0 and "1 cell(s): --rerun" in again.output, again.output
+    runs = _runs(db)
+    assert len(runs) == 2 and runs[0][2] == runs[1][0] and runs[1][2] is None
