@@ -56,3 +56,8 @@ cd $REPO
 
 # 5. Compile time, alternating the two Triton versions on the same candidates (no build cache, 3 rounds).
 bash reports/toolchain-2026-12-01/compile_times.sh
+
+# 6. Readiness with runtime columns, from the published H200 stores (no new verdicts).
+mkdir -p $OUT/h200 && for f in reports/h200-reference/stores/*.db.xz; do xz -dkc $f > $OUT/h200/$(basename ${f%.xz}); done
+(cd $OUT/h200 && PYTHONPATH=$REPO python3 -m xlang readiness results-gpu0-triton-cutedsl.db results-gpu1-gluon-cuda_ptx.db \
+  results-h4-triton-cutedsl-bwd.db results-h4-cuda_ptx-bwd.db results-cpu-b200-static.db --out .)
