@@ -208,6 +208,31 @@ def test_compare_and_run_in_process(ray_local, tmp_path, xlang):
     assert code == 2 and "drop --profiler none" in err
 
 
+def test_rejudge_on_ray(ray_local, tmp_path):
+    """xlang rejudge runs through compare's Ray path: a static store's candidates judged again with runtime on the
+    cluster's (fake) sm_90a GPUs, into a new store; the sm_100a one stays static."""
+    from rich.console import Console
+
+    from xlang.compare import CompareConfig, run_compare
+    from xlang.rejudge import run_rejudge
+
+    static = CompareConfig(archs=["h100", "b200"], langs=["cuda_ptx"], tasks=["gemm"], store=str(tmp_path / "a.db"),
+                           profiler="none")
+    run_compare(static, Console(file=open(tmp_path / "a.txt", "w"), width=200), progress=False)
+    out = tmp_path / "b.txt"
+    result = run_rejudge([static.store], str(tmp_path / "b.db"), ray="local",
+                         console=Console(file=open(out, "w"), width=300), progress=False)
+    stats = result.stats.set_index("arch")
+    assert stats.loc["h100", "runtime_ran"] and stats.loc["h100", "correctness_rate"] == 1.0
+    assert not stats.loc["b200", "runtime_ran"]
+    assert "runtime: Ray" in out.read_text() and "Ray verdicts per GPU" in out.read_text()
+    from xlang.diff import diff
+
+    d = diff(static.store, tmp_path / "b.db").candidates.set_index("arch")
+    assert (d.loc["h100", "old"], d.loc["h100", "new"]) == ("static_ok", "ok")
+    assert d.loc["b200", "old"] == d.loc["b200", "new"] == "static_ok"
+
+
 def _xlang(args, cwd, env):
     return subprocess.Popen([sys.executable, "-m", "xlang", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

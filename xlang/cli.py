@@ -255,6 +255,10 @@ from xlang.profiler import commands as _profiler_commands  # noqa: E402
 _profiler_commands.register(app)
 from xlang.fixit import commands as _fixit_commands  # noqa: E402
 _fixit_commands.register(app)
+from xlang import rejudge as _rejudge  # noqa: E402
+_rejudge.register(app)
+from xlang import diff as _diff  # noqa: E402
+_diff.register(app)
 
 TRACEBACK_ENV = "XLANG_TRACEBACK"
 

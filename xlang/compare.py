@@ -1,10 +1,13 @@
 """`xlang compare`: the language × architecture matrix, run cell by cell through the agent loop and profiler.
 
 A cell is one (task, language, architecture) with the compare's model, turn limit, sample count, docs level,
-shape and seed. Its run id is derived from all of those, so re-running the same command resumes: a cell whose
-run is stored as finished is never run again; an interrupted one is resumed by the agent loop (every stored turn
-is kept, the turn that was in flight is done again); the store (SQLite, WAL, synchronous=FULL) keeps every
-committed turn through a SIGKILL. When the architecture's GPU is not reachable (`--profiler local` on a machine
+shape and seed (its key, `cell_key`). Its run id is the key and the cell's toolchain identity (xlang.identity:
+the language's packages and tools, the disassembler, the harness, whether runtime runs and the driver), so
+re-running the same command resumes: a cell whose run is stored as finished under the same toolchain is never run
+again; an interrupted one is resumed by the agent loop (every stored turn is kept, the turn that was in flight is
+done again); the store (SQLite, WAL, synchronous=FULL) keeps every committed turn through a SIGKILL. Under another
+toolchain, or when runtime is available for a cell judged without it, or with `--rerun`, the cell is judged again
+into a new run and its older run is kept, marked superseded (reports leave it out). When the architecture's GPU is not reachable (`--profiler local` on a machine
 without it, or a Ray cluster without it) the cells still compile and take the static census, and their runtime
 columns say why they were not run, e.g. "not run (no sm_100a device)".
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,6 +54,7 @@ class CompareConfig:
     peers: bool = True  # time the tasks' peers in each verdict (--no-peers: the vendor only)
     timing_rest_ms: float = 0.0  # idle GPU before each timed call, every side alike (EvalOptions.timing_rest_ms)
     ray: str | None = None  # --ray: "local" (start Ray here) or a cluster address; None: no Ray
+    rerun: bool = False  # --rerun: judge every cell of this compare again, even when a run of it is stored
 
 
 @dataclass
@@ -58,6 +63,12 @@ class Cell:
     lang: str
     arch: str
     run_id: str
+    key: str = ""  # the cell (cell_key): every run of it, under any toolchain, starts with it
+    identity: dict = field(default_factory=dict)  # xlang.identity.toolchain_identity of this cell
+    supersedes: list = field(default_factory=list)  # the cell's earlier runs this one replaces
+    why: str = ""  # why the cell is judged again ("" when it is new or resumed)
+    options: dict = field(default_factory=dict)  # RunConfig fields of this cell alone (xlang rejudge: its model,
+    # turns, docs, shape, seed and context come from the stored run or the file it judges again)
 
 
 @dataclass
@@ -97,8 +108,17 @@ def task_shape(cfg: CompareConfig, task: str) -> dict:
     return {k: v for k, v in sorted(cfg.shape.items()) if k in sizes}
 
 
-def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
-    """Deterministic: the same command names the same runs (what makes a compare resumable)."""
+def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str, runtime=None) -> str:
+    """Deterministic: the same command under the same toolchain names the same run (what makes a compare
+    resumable). runtime: the cell's Runtime (None: static only)."""
+    from xlang.identity import digest, toolchain_identity
+
+    return f"{cell_key(cfg, task, lang, arch)}-t{digest(toolchain_identity(lang, runtime))}"
+
+
+def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
+    """The cell, whatever the toolchain: the run id of compares made before toolchain identities (stores made then
+    resume through their recorded versions, xlang.identity.stored_identity)."""
     key = {"task": task, "lang": lang, "arch": arch, "model": cfg.model, "turns": cfg.turns, "samples": cfg.samples,
            "docs": cfg.docs, "shape": task_shape(cfg, task), "seed": cfg.seed,
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
@@ -162,14 +182,78 @@ def validate(cfg: CompareConfig) -> CompareConfig:
     return cfg
 
 
-def plan(cfg: CompareConfig) -> list[Cell]:
-    """Task-major, then architecture, then language."""
-    return [Cell(t, lang, a, cell_run_id(cfg, t, lang, a)) for t in cfg.tasks for a in cfg.archs for lang in cfg.langs]
+def plan(cfg: CompareConfig, runtimes: dict | None = None) -> list[Cell]:
+    """Task-major, then architecture, then language. runtimes: arch -> the Runtime its cells are judged with."""
+    from xlang.identity import digest, toolchain_identity
+
+    cells = []
+    for t in cfg.tasks:
+        for a in cfg.archs:
+            for lang in cfg.langs:
+                identity = toolchain_identity(lang, (runtimes or {}).get(a))
+                key = cell_key(cfg, t, lang, a)
+                cells.append(Cell(t, lang, a, f"{key}-t{digest(identity)}", key, identity))
+    return cells
+
+
+_RUN_OF_CELL = re.compile(r"^(?P<key>.+?)-t[0-9a-f]{8}(?:-r\d+)?$")
+
+
+def _key_of(run_id: str, keys: set[str]) -> str | None:
+    if run_id in keys:  # a run stored before toolchain identities
+        return run_id
+    m = _RUN_OF_CELL.match(run_id)
+    return m.group("key") if m and m.group("key") in keys else None
+
+
+def _free_id(base: str, taken: set[str]) -> str:
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}-r{n}" in taken:
+        n += 1
+    return f"{base}-r{n}"
+
+
+def resolve(cfg: CompareConfig, cells: list[Cell]) -> set[str]:
+    """Decide each cell against the store: its stored run (returned in the set, cell.run_id set to it), an
+    unfinished run of the same identity to resume, or a new run (the cell's earlier live runs in cell.supersedes).
+    Opens the store as its writer, so a store this compare cannot write (read-only, damaged, a newer schema, a
+    folder) stops it here, before any work."""
+    from xlang.identity import satisfies
+    from xlang.store import Store
+
+    stored: set[str] = set()
+    keys = {c.key for c in cells}
+    with Store(cfg.store) as store:
+        by_cell: dict[str, list[dict]] = {}
+        for r in store.runs():
+            key = _key_of(r["run_id"], keys)
+            if key:
+                by_cell.setdefault(key, []).append(r)
+        for cell in cells:
+            runs = by_cell.get(cell.key, [])
+            live = [r for r in runs if not r.get("superseded_by")]
+            fits = [r for r in live if satisfies(r, store.turns(run_id=r["run_id"], messages=False)
+                                                 if cell.identity.get("runtime") else [], cell.identity)]
+            done = [r for r in fits if r["status"] == "done"]
+            if done and not cfg.rerun:
+                cell.run_id = done[-1]["run_id"]
+                stored.add(cell.run_id)
+                continue
+            unfinished = [r for r in fits if r["status"] != "done"]
+            cell.run_id = unfinished[-1]["run_id"] if unfinished else _free_id(cell.run_id,
+                                                                               {r["run_id"] for r in runs})
+            cell.supersedes = [r["run_id"] for r in live if r["run_id"] != cell.run_id]
+            earlier = [r for r in live if r["status"] == "done" and r["run_id"] != cell.run_id]
+            if earlier:
+                cell.why = _why(earlier[-1], cell.identity, cfg.rerun and earlier[-1] in done)
+    return stored
 
 
 def _check_model(model: str) -> None:
     """The model name, its key and its endpoint, before any work (reference and replay are checked per cell)."""
-    if model == "reference" or model.startswith("replay:"):
+    if model == "reference" or model.startswith(("replay:", "file:")):
         return
     from xlang.agent.llm import check_environment
 
@@ -204,26 +288,45 @@ def _check_profiler(cfg: CompareConfig) -> str:
     return spec
 
 
-def _stored_finished(store_path: str, run_ids: list[str]) -> dict[str, str]:
-    """run_id -> status for the runs already stored as finished. Opens the store as its writer, so a store this
-    compare cannot write (read-only, damaged, a newer schema, a folder) stops it here, before any work."""
-    from xlang.store import Store
+def _why(run: dict, identity: dict, rerun: bool) -> str:
+    """Why a cell with a finished run is judged again, for the log: '--rerun', 'triton 3.6.0 -> 3.9.0', ..."""
+    from xlang.identity import differences, stored_identity
 
-    with Store(store_path) as store:
-        return {r["run_id"]: r["status"] for r in store.runs() if r["run_id"] in set(run_ids)
-                and r["status"] in ("done",)}
+    if rerun:
+        return "--rerun"
+    why = [c for c in differences(run, identity) if not c.startswith(("runtime ", "driver "))]
+    if identity.get("runtime") and not stored_identity(run).get("runtime"):
+        why.append("runtime now available")
+    elif identity.get("runtime"):
+        why.append("its runtime did not run or the driver changed")
+    return ", ".join(why) or "judged again"
+
+
+def _runtimes(cfg: CompareConfig) -> dict:
+    """arch -> the Runtime the compare's cells of it are judged with (after _check_profiler)."""
+    from xlang.agent.runtime import make_runtime
+    from xlang.archs import get_arch
+
+    return {a: make_runtime(_profiler_spec(cfg), get_arch(a)) for a in cfg.archs}
 
 
 def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
-    """One cell through the agent loop (resumes the cell's run when it exists)."""
+    """One cell through the agent loop (resumes the cell's run when it exists); the cell's earlier runs it replaces
+    are marked superseded first, so a report never counts both."""
     from xlang.agent.loop import RunConfig, run
 
-    rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, model=cfg.model, turns=cfg.turns,
-                   samples=cfg.samples, docs=cfg.docs, profiler=_profiler_spec(cfg), store=cfg.store,
-                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, shape=task_shape(cfg, cell.task),
-                   temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
-                   prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup,
-                   peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms)
+    if cell.supersedes:
+        from xlang.store import Store
+
+        with Store(cfg.store) as store:
+            store.supersede(cell.supersedes, cell.run_id)
+
+    options = {**dict(model=cfg.model, turns=cfg.turns, samples=cfg.samples, docs=cfg.docs,
+                      shape=task_shape(cfg, cell.task), seed=cfg.seed, context=cfg.context), **cell.options}
+    rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, profiler=_profiler_spec(cfg), store=cfg.store,
+                   max_cost=cfg.max_cost, concurrency=cfg.concurrency, temperature=cfg.temperature,
+                   max_tokens=cfg.max_tokens, run_id=cell.run_id, prompt_variants=cfg.prompt_variants,
+                   target_speedup=cfg.target_speedup, peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms, **options)
     return run(rc, on_turn)
 
 
@@ -303,8 +406,10 @@ def _summarise(result) -> tuple[str, str]:
     return result.status, text
 
 
-def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> CompareResult:
-    """Run (or resume) the whole matrix, then compute its table from the store."""
+def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner=None,
+                title: str = "xlang compare") -> CompareResult:
+    """Run (or resume) the whole matrix, then compute its table from the store. planner(cfg, runtimes) -> cells
+    replaces the matrix's plan (xlang rejudge: one cell per stored run or candidate file)."""
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
@@ -314,14 +419,22 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
     console = console or Console()
     validate(cfg)
     where = _check_profiler(cfg)
-    cells = plan(cfg)
-    finished = _stored_finished(cfg.store, [c.run_id for c in cells])
+    cells = (planner or plan)(cfg, _runtimes(cfg))
+    finished = resolve(cfg, cells)
     todo = [c for c in cells if c.run_id not in finished]
-    console.print(f"[bold]xlang compare[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
-                  f"{len(cfg.langs)} language(s) = {len(cells)} cells · model {cfg.model} · turns {cfg.turns} · "
-                  f"samples {cfg.samples} · docs {cfg.docs} · runtime: {where} · store {cfg.store}"
+    console.print(f"[bold]{title}[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
+                  f"{len(cfg.langs)} language(s) = {len(cells)} cells · "
+                  + (f"model {cfg.model} · turns {cfg.turns} · samples {cfg.samples} · docs {cfg.docs}" if planner is None
+                     else "candidates as stored") + f" · runtime: {where} · store {cfg.store}"
                   + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
                   highlight=False)
+    again: dict[str, int] = {}
+    for c in todo:
+        if c.why:
+            again[c.why] = again.get(c.why, 0) + 1
+    if again:
+        console.print("judged again (older runs kept, marked superseded): "
+                      + "; ".join(f"{n} cell(s): {why}" for why, n in again.items()), highlight=False)
     start = time.monotonic()
     outcomes = [CellOutcome(c, "stored") for c in cells if c.run_id in finished]
     columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),

@@ -55,6 +55,9 @@ def compare_command(
     timing_rest_ms: float = typer.Option(0.0, "--timing-rest-ms",
                                          help="idle GPU time before each timed call, the same for every side "
                                               "(ms; 0: none; a non-zero value names new cells)"),
+    rerun: bool = typer.Option(False, "--rerun", help="judge every cell of this compare (its --tasks, --langs, "
+                                                      "--arch) again, even when stored; older runs are kept, marked "
+                                                      "superseded"),
 ):
     """Run the language × architecture matrix (resumable) and print the main table."""
     from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
@@ -72,7 +75,7 @@ def compare_command(
                         profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
                         max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
                         prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
-                        peers=not no_peers, timing_rest_ms=timing_rest_ms)
+                        peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun)
     result = run_compare(cfg, console)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
                                        f"samples {cfg.samples} · docs {cfg.docs}")

@@ -3,8 +3,8 @@
 Shared by the agent loop (writer) and the reports (reader). One file, WAL mode, FULL sync: every committed
 transaction survives a SIGKILL of the writer at any point; readers in other processes never block the writer.
 
-Schema (version 3; version 2 added runs.context, samples.prompt_variant, turns.reasoning_tokens and
-turns.reasoning; version 3 added runs.notes_level and turns.notes_json):
+Schema (version 4; version 2 added runs.context, samples.prompt_variant, turns.reasoning_tokens and
+turns.reasoning; version 3 added runs.notes_level and turns.notes_json; version 4 added runs.superseded_by):
 
   runs     one `xlang run` invocation (or a resumed one: the same run_id).
            run_id PK · created_at · task · lang · arch · model (as given: litellm string, 'reference',
@@ -13,7 +13,9 @@ turns.reasoning; version 3 added runs.notes_level and turns.notes_json):
            profiler · config_json (everything else: stop_on_ok, max_cost, concurrency, replay_of, ...) ·
            versions_json (python, litellm, triton, nvcc, ...) · status ('running' | 'done' | 'budget' |
            'error') · cost_usd · finished_at · context (the context policy: trimmed | full | latest-pair |
-           single-user) · notes_level (fix-note retrieval: none | bm25 | bm25+kernel; NULL: none)
+           single-user) · notes_level (fix-note retrieval: none | bm25 | bm25+kernel; NULL: none) ·
+           superseded_by (the run that judged the same compare cell again, under another toolchain, with runtime
+           now available, or by --rerun; NULL: current. Reports leave superseded runs out; nothing is deleted)
   samples  one trajectory.  PK (run_id, sample_idx) · seed · status ('running' | 'done' | 'missing' |
            'budget' | 'error') · note · best_turn · best_category · best_speedup · turns_done ·
            cost_usd · started_at · finished_at · prompt_variant (the named prompt variant of this sample)
@@ -51,7 +53,7 @@ from pathlib import Path
 
 from xlang.errors import XlangError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_PATH = "xlang-runs/results.db"
 STORE_ENV = "XLANG_STORE"
 
@@ -83,7 +85,8 @@ CREATE TABLE IF NOT EXISTS runs (
     cost_usd REAL NOT NULL DEFAULT 0,
     finished_at REAL,
     context TEXT,
-    notes_level TEXT
+    notes_level TEXT,
+    superseded_by TEXT
 );
 CREATE TABLE IF NOT EXISTS samples (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -395,6 +398,13 @@ class Store:
     def finish_run(self, run_id: str, status: str = "done") -> None:
         self._execute("UPDATE runs SET status=?, finished_at=?, cost_usd=(SELECT COALESCE(SUM(cost_usd), 0) FROM "
                       "turns WHERE run_id=?) WHERE run_id=?", (status, time.time(), run_id, run_id))
+
+    def supersede(self, run_ids, by: str) -> None:
+        """Mark runs as judged again by run `by` (a compare cell judged anew); their rows are kept."""
+        with self.transaction():
+            for run_id in run_ids:
+                if run_id != by:
+                    self._execute("UPDATE runs SET superseded_by=? WHERE run_id=?", (by, run_id))
 
     def run(self, run_id: str) -> dict | None:
         rows = self._query("SELECT * FROM runs WHERE run_id=?", (run_id,))

@@ -172,17 +172,34 @@ def _driver() -> str:
     return ", ".join(versions) if out.returncode == 0 and versions else "none (no GPU answered)"
 
 
-@functools.cache
-def toolchain_versions() -> dict:
-    """The toolchain a verdict was made with: nvcc, ptxas, triton, cutlass-dsl, torch and the NVIDIA driver.
-    Absent tools and packages are named as absent (None), not left out."""
+def package_version(dist: str) -> str | None:
+    """The installed version of a Python distribution, None when absent: the one place every toolchain record and
+    every cell identity (xlang.identity) reads package versions from."""
     import importlib.metadata
 
-    out: dict = {"nvcc": _tool_release("nvcc"), "ptxas": _tool_release("ptxas")}
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def tool_release(name: str) -> str | None:
+    """An NVIDIA tool's release (e.g. 'V13.0.88' for nvcc or ptxas; cuobjdump's last version line), None when absent."""
+    return _tool_release(name)
+
+
+@functools.cache
+def driver_version() -> str:
+    return _driver()
+
+
+@functools.cache
+def toolchain_versions() -> dict:
+    """The toolchain a verdict was made with: nvcc, ptxas, cuobjdump, triton, cutlass-dsl, torch and the NVIDIA
+    driver. Absent tools and packages are named as absent (None), not left out."""
+    out: dict = {"nvcc": tool_release("nvcc"), "ptxas": tool_release("ptxas"), "cuobjdump": tool_release("cuobjdump")}
     for key, dist in (("triton", "triton"), ("cutlass-dsl", "nvidia-cutlass-dsl"), ("torch", "torch")):
-        try:
-            out[key] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[key] = None
-    out["driver"] = _driver()
+        out[key] = package_version(dist)
+    out["driver"] = driver_version()
     return out

@@ -11,7 +11,6 @@ and a target speedup (a sample stops once a candidate correct with the target in
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 import threading
 import time
@@ -27,6 +26,7 @@ from xlang.agent import prompt as P
 from xlang.agent.runtime import Runtime, judge, make_runtime
 from xlang.agent.sources import Source, make_source
 from xlang.errors import XlangError
+from xlang.identity import toolchain_identity
 from xlang.store import DEFAULT_PATH, Store
 
 
@@ -123,13 +123,14 @@ def _versions(source: Source) -> dict:
     from xlang.backend import backends
 
     languages = [d for b in backends().values() for d in b.distributions]  # each language's toolchain packages
+    from xlang.agent.buildinfo import package_version
+
     for dist in dict.fromkeys(["xlang", *languages, "litellm"]):
         if dist == "litellm" and source.kind != "llm":
             continue
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
+        version = package_version(dist)
+        if version is not None:
+            out[dist] = version
     return out
 
 
@@ -185,6 +186,7 @@ class Run:
                         "runtime_note": self.runtime.note, "prompt_variants": list(self.variants),
                         "target_speedup": cfg.target_speedup, "peers": cfg.peers,
                         "timing_rest_ms": cfg.timing_rest_ms, **self.source.config(),
+                        "toolchain": toolchain_identity(cfg.lang, self.runtime),
                         **({"notes_store": str(Path(cfg.notes_store).resolve()), "notes_k": cfg.notes_k,
                             "notes_count": len(self.notes.notes)} if self.notes else {})},
                 versions=_versions(self.source), context=cfg.context, notes_level=cfg.notes)
@@ -318,7 +320,7 @@ class Run:
 
     def _turns_limit(self) -> int:
         """The run's turn limit as the tables count it: a reference run has one turn whatever --turns says."""
-        return min(self.cfg.turns, self.source.turns(0, self.cfg.turns)) if self.source.kind == "reference" \
+        return min(self.cfg.turns, self.source.turns(0, self.cfg.turns)) if self.source.kind in ("reference", "file") \
             else self.cfg.turns
 
     def _reached(self, verdict: dict | None) -> bool:

@@ -3,6 +3,7 @@
   <litellm model>     any litellm model string (openai/..., anthropic/..., hosted_vllm/..., ollama/...)
   reference           the expert solution tasks/<task>/solutions/<lang>[_<generation>]<suffix>: one turn, no LLM;
                       a missing solution makes the sample 'missing' (no turn), not a failure
+  file:PATH           one candidate file, as one turn (`xlang rejudge FOLDER`); no LLM
   replay:DB[#RUN]     the replies of a stored run (when RUN is not given, the newest run of this task and
                       language on this architecture, else on any architecture), replayed turn for turn so frozen candidates are judged again
 """
@@ -85,6 +86,29 @@ class ReferenceSource(Source):
         return {"solution": str(self.path) if self.path else None}
 
 
+class FileSource(Source):
+    """A candidate file judged as the one turn of a run (xlang rejudge FOLDER)."""
+    kind = "file"
+
+    def __init__(self, spec: str, backend):
+        from xlang.backend import read_source
+
+        self.label = spec
+        self.path = Path(spec.removeprefix("file:"))
+        self.code = read_source(self.path)
+        self.fence = backend.fences[0] if backend.fences else ""
+
+    def turns(self, sample_idx, requested):
+        return 1
+
+    def reply(self, messages, sample_idx, turn_idx, seed):
+        return Reply(f"```{self.fence}\n{self.code}\n```", model="file", code=self.code, prompt_tokens=0,
+                     completion_tokens=0, total_tokens=0)
+
+    def config(self):
+        return {"file": str(self.path.resolve())}
+
+
 class ReplaySource(Source):
     kind = "replay"
 
@@ -140,7 +164,7 @@ class ReplaySource(Source):
         t = self.by_sample.get(sample_idx, {}).get(turn_idx)
         if t is None:
             return Reply(None, error=f"replay: run {self.run_id} has no turn {turn_idx} for sample {sample_idx}")
-        code = t["code"] if t.get("model") == "reference" else None
+        code = t["code"] if t.get("model") in ("reference", "file") else None
         return Reply(t["reply"], model=t.get("model"), prompt_tokens=0, completion_tokens=0, total_tokens=0,
                      cost_usd=0.0, error=t.get("error"), code=code)
 
@@ -154,4 +178,6 @@ def make_source(model: str, task, lang: str, arch, backend, sampling: dict) -> S
         return ReferenceSource(task, lang, arch, backend)
     if model.startswith("replay:"):
         return ReplaySource(model, task, lang, arch)
+    if model.startswith("file:"):
+        return FileSource(model, backend)
     return LLMSource(model, sampling)

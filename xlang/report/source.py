@@ -18,9 +18,11 @@ def sample_id(run_id: str, sample_idx: int) -> str:
 
 
 def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[dict], list[dict]]:
-    """(records, environments) from an open xlang.store.Store; only run_ids when given."""
+    """(records, environments) from an open xlang.store.Store; only run_ids when given, else every run that was not
+    superseded (a compare cell judged again keeps its older run, marked superseded_by the new one)."""
     wanted = set(run_ids) if run_ids is not None else None
-    runs = {r["run_id"]: r for r in store.runs() if wanted is None or r["run_id"] in wanted}
+    runs = {r["run_id"]: r for r in store.runs() if (r["run_id"] in wanted if wanted is not None
+                                                      else not r.get("superseded_by"))}
     turns_by_sample: dict[tuple, list] = {}
     for t in store.turns(messages=False):
         if t["run_id"] in runs:

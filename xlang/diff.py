@@ -1,0 +1,541 @@
+"""`xlang diff OLD.db NEW.db`: what another toolchain changed on the same candidates, and `xlang readiness`.
+
+Candidates are matched across the two stores by what was judged: task, language, architecture, shape and the
+candidate's code (its digest; the reply's when no code was extracted), so a store judged again by `xlang rejudge`,
+or two compares of the experts under two toolchains, pair up candidate for candidate. Superseded runs are left out.
+
+Per candidate: the category transition (old -> new); each instruction family's SASS count, and which families were
+gained (0 -> >0) or lost (>0 -> 0; both builds compiled: a new compile error is counted as one); the instruction total; registers, spill bytes and static shared memory where
+the build recorded them (a build stopped by its time limit is a time-out, not a compile error; ptxas -v or cuobjdump -res-usage, the most of any kernel; spills summed); the SASS mix
+shift (total variation distance between the two opcode distributions: 0 the same mix, 1 nothing in common); the
+compile time (a build reused from the build cache has none); and, where both verdicts ran and were timed, the
+speed change: the ratio of the two speedups over the vendor (each verdict times its vendor the same way, so the
+ratio is free of the GPU's state), with the range given by each side's 20th-80th percentile of timed calls.
+Per language x architecture: counts of candidates that gained or lost each family, new and fixed compile errors,
+category changes and the geomean speed change with a 95% bootstrap interval over the candidates (scipy.stats).
+
+`--fail-on` rules (comma-separated) make the exit code 1 when one fires: lost-family (a candidate lost one of its
+architecture's required families), compile-error (a candidate that compiled no longer does), slower:X% (a timed
+candidate got more than X% slower), unmatched (a candidate of OLD is not in NEW).
+
+Readiness (per language, architecture and toolchain, of one or more stores): the share of the corpus that
+compiles, that carries the architecture's required families in SASS, that executed them at run time (of those whose
+runtime ran), and the experts' (model reference) geomean speed against the vendor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from xlang.errors import XlangError
+
+RULES = ("lost-family", "compile-error", "slower", "unmatched")
+_NOT_TOOLCHAIN = ("harness", "torch", "cuobjdump", "runtime", "driver", "ptxas", "legacy")
+
+
+# ---------------------------------------------------------------------------------------------- reading a store
+
+def _resources(build: dict) -> dict:
+    res = build.get("resources") or []
+    regs = [r["registers"] for r in res if r.get("registers") is not None]
+    spills = [r.get("spill_stores", 0) + r.get("spill_loads", 0) if "spill_stores" in r else r.get("local", 0)
+              for r in res]
+    shared = [r["shared"] for r in res if r.get("shared") is not None]
+    return {"registers": max(regs) if regs else None, "spill_bytes": sum(spills) if res else None,
+            "shared_bytes": max(shared) if shared else None}
+
+
+def toolchain_label(lang: str, toolchain: dict | None) -> str:
+    """'triton 3.6.0', 'nvcc V13.0.88', ...: the language's own packages and tools of a cell identity."""
+    items = [f"{k} {v}" for k, v in (toolchain or {}).items() if k not in _NOT_TOOLCHAIN and v is not None]
+    return ", ".join(items) or "unknown toolchain"
+
+
+def _run_toolchain(run: dict, verdict: dict) -> dict:
+    from xlang.identity import stored_identity
+
+    tc = stored_identity(run)
+    if tc.get("legacy"):  # a run from before identities: its language's packages and tools from its versions
+        from xlang.backend import get_backend
+
+        backend = get_backend(run["lang"])
+        have = {**((verdict.get("fingerprint") or {}).get("toolchain") or {}), **(run.get("versions") or {})}
+        tc = {k: have.get(k) for k in (*backend.distributions, *backend.tools) if k in have}
+    return tc
+
+
+def candidates(store_path: str | Path) -> pd.DataFrame:
+    """One row per judged candidate (turn) of a store's current runs."""
+    from xlang.backend import build_timed_out
+    from xlang.store import Store
+    from xlang.verdict import scores
+
+    rows = []
+    with Store(store_path, readonly=True) as store:
+        runs = {r["run_id"]: r for r in store.runs() if not r.get("superseded_by")}
+        for t in store.turns(messages=False):
+            run = runs.get(t["run_id"])
+            if run is None:
+                continue
+            v = t.get("verdict") or {"category": t.get("category")}
+            build = v.get("build") or t.get("build") or {}
+            census = build.get("census") or {}
+            text = t.get("code") if t.get("code") is not None else t.get("reply") or ""
+            config = run.get("config") or {}
+            origin = config.get("file")
+            opcodes: dict = {}
+            for k in census.get("kernels") or []:
+                for op, n in (k.get("opcodes") or {}).items():
+                    opcodes[op] = opcodes.get(op, 0) + n
+            sc = scores(v)
+            timed_out = not sc["compiled"] and build_timed_out(build.get("error") or v.get("detail"))
+            timing = v.get("timing") or {}
+            tc = _run_toolchain(run, v)
+            rows.append({
+                "task": run["task"], "lang": run["lang"], "arch": run["arch"],
+                "shape": json.dumps(run.get("shape") or v.get("shape") or {}, sort_keys=True),
+                "code_sha": hashlib.sha256(str(text).encode()).hexdigest()[:16],
+                "expert": t.get("model") == "reference",
+                "name": Path(origin).name if origin else "expert" if t.get("model") == "reference" else
+                f"{t['run_id']} s{t['sample_idx']} t{t['turn_idx']}",
+                "run_id": t["run_id"], "category": v.get("category") or t.get("category") or "",
+                "compiled": sc["compiled"], "census_ok": sc["census_ok"], "executed_ok": sc["executed_ok"],
+                "correct": sc["correct"], "runtime_ran": sc["runtime_ran"], "build_timed_out": timed_out,
+                "required": list(census.get("required") or []), "families": dict(census.get("families") or {}),
+                "instructions": sum(k.get("instructions", 0) for k in census.get("kernels") or []) or None,
+                "opcodes": opcodes, **_resources(build),
+                "compile_s": None if build.get("cached") or not build else build.get("seconds"),
+                "speedup": sc["speedup"], "speedup_lo": _speed_bound(timing, "q80_ms", "q20_ms"),
+                "speedup_hi": _speed_bound(timing, "q20_ms", "q80_ms"),
+                "toolchain": toolchain_label(run["lang"], tc), "toolchain_full": tc,
+            })
+    return pd.DataFrame(rows)
+
+
+def _speed_bound(timing: dict, cand_q: str, base_q: str) -> float | None:
+    """The speedup at the ends of the timed calls' 20-80% ranges (slow candidate over fast vendor, or the reverse)."""
+    c, b = (timing.get("candidate") or {}).get(cand_q), (timing.get("baseline") or {}).get(base_q)
+    return b / c if c and b else None
+
+
+# ---------------------------------------------------------------------------------------------- the diff
+
+def _mix_shift(a: dict, b: dict) -> float | None:
+    ta, tb = sum(a.values()), sum(b.values())
+    if not ta or not tb:
+        return None
+    return 0.5 * sum(abs(a.get(op, 0) / ta - b.get(op, 0) / tb) for op in set(a) | set(b))
+
+
+def _top_changes(a: dict, b: dict, n: int = 4) -> str:
+    """The opcodes whose counts changed most, 'LDGSTS 48->6, LDG 10->52'."""
+    if not a or not b:
+        return ""
+    ops = sorted(set(a) | set(b), key=lambda op: (-abs(b.get(op, 0) - a.get(op, 0)), op))
+    return ", ".join(f"{op} {a.get(op, 0)}->{b.get(op, 0)}" for op in ops[:n] if a.get(op, 0) != b.get(op, 0))
+
+
+def _pair(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[tuple[dict, dict | None]], list[dict]]:
+    """(old, new) pairs by (task, lang, arch, shape, code), the n-th duplicate with the n-th; and NEW's leftovers."""
+    key = ["task", "lang", "arch", "shape", "code_sha"]
+    pool: dict[tuple, list[dict]] = {}
+    for r in (new.to_dict("records") if not new.empty else []):
+        pool.setdefault(tuple(r[k] for k in key), []).append(r)
+    pairs = []
+    for r in (old.to_dict("records") if not old.empty else []):
+        found = pool.get(tuple(r[k] for k in key)) or []
+        pairs.append((r, found.pop(0) if found else None))
+    return pairs, [r for rs in pool.values() for r in rs]
+
+
+def candidate_rows(pairs) -> pd.DataFrame:
+    from xlang.archs import get_arch
+
+    rows = []
+    for a, b in pairs:
+        fams = list(get_arch(a["arch"]).families)
+        row = {"task": a["task"], "lang": a["lang"], "arch": a["arch"], "candidate": a["name"],
+               "expert": a["expert"], "old toolchain": a["toolchain"], "new toolchain": b["toolchain"] if b else "",
+               "old": a["category"], "new": b["category"] if b else "(not in new)"}
+        if b is None:
+            rows.append(row)
+            continue
+        fa, fb = a["families"] or {}, b["families"] or {}
+        gained = [f for f in fams if not fa.get(f) and fb.get(f)] if a["compiled"] and b["compiled"] else []
+        lost = [f for f in fams if fa.get(f) and not fb.get(f)] if a["compiled"] and b["compiled"] else []
+        ratio = b["speedup"] / a["speedup"] if a["speedup"] and b["speedup"] else None
+        lo = b["speedup_lo"] / a["speedup_hi"] if ratio and b["speedup_lo"] and a["speedup_hi"] else None
+        hi = b["speedup_hi"] / a["speedup_lo"] if ratio and b["speedup_hi"] and a["speedup_lo"] else None
+        row.update({
+            "gained": ", ".join(gained), "lost": ", ".join(lost),
+            "family counts changed": ", ".join(f"{f} {fa.get(f, 0)}->{fb.get(f, 0)}" for f in fams
+                                               if fa.get(f, 0) != fb.get(f, 0)) if a["compiled"] and b["compiled"] else "",
+            "lost required": ", ".join(f for f in lost if f in (a["required"] or [])),
+            "new compile error": bool(a["compiled"] and not b["compiled"] and not b["build_timed_out"]),
+            "new build time-out": bool(a["compiled"] and b["build_timed_out"]),
+            "fixed compile error": bool(not a["compiled"] and b["compiled"]),
+            **{f"{f} old": fa.get(f, 0) for f in fams}, **{f"{f} new": fb.get(f, 0) for f in fams},
+            "instructions old": a["instructions"], "instructions new": b["instructions"],
+            "registers old": a["registers"], "registers new": b["registers"],
+            "spill bytes old": a["spill_bytes"], "spill bytes new": b["spill_bytes"],
+            "shared bytes old": a["shared_bytes"], "shared bytes new": b["shared_bytes"],
+            "SASS mix shift": _mix_shift(a["opcodes"] or {}, b["opcodes"] or {}),
+            "top opcode changes": _top_changes(a["opcodes"] or {}, b["opcodes"] or {}),
+            "compile s old": a["compile_s"], "compile s new": b["compile_s"],
+            "speed ratio": ratio, "speed ratio lo": lo, "speed ratio hi": hi,
+        })
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _geomean_interval(ratios: list[float]) -> tuple[float | None, float | None, float | None]:
+    if not ratios:
+        return None, None, None
+    logs = [math.log(r) for r in ratios]
+    point = math.exp(sum(logs) / len(logs))
+    if len(logs) < 2:
+        return point, None, None
+    from scipy.stats import bootstrap
+
+    res = bootstrap((logs,), lambda x, axis=-1: x.mean(axis=axis), n_resamples=2000, method="percentile",
+                    confidence_level=0.95, random_state=0)
+    return point, math.exp(res.confidence_interval.low), math.exp(res.confidence_interval.high)
+
+
+def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
+    from xlang.archs import get_arch
+
+    rows = []
+    if cands.empty:
+        return pd.DataFrame(rows)
+    for (lang, arch), g in cands.groupby(["lang", "arch"], sort=False):
+        matched = g[g["new"] != "(not in new)"]
+        sm = get_arch(arch).sm
+        row = {"lang": lang, "arch": arch, "sm": sm,
+               "toolchain": _transition(g["old toolchain"], g["new toolchain"]),
+               "candidates": len(g), "matched": len(matched)}
+        for f in get_arch(arch).families:
+            row[f"gained {f}"] = int(sum(f in str(x).split(", ") for x in matched.get("gained", [])))
+            row[f"lost {f}"] = int(sum(f in str(x).split(", ") for x in matched.get("lost", [])))
+        row["new compile errors"] = int(matched.get("new compile error", pd.Series(dtype=bool)).fillna(False).sum())
+        row["new build time-outs"] = int(matched.get("new build time-out", pd.Series(dtype=bool)).fillna(False).sum())
+        row["fixed compile errors"] = int(matched.get("fixed compile error", pd.Series(dtype=bool)).fillna(False).sum())
+        row["category changed"] = int((matched["old"] != matched["new"]).sum())
+        row["family counts changed"] = int((matched.get("family counts changed", pd.Series(dtype=str))
+                                            .fillna("") != "").sum())
+        shifts = [x for x in matched.get("SASS mix shift", []) if x is not None and not pd.isna(x)]
+        row["mean SASS mix shift"] = sum(shifts) / len(shifts) if shifts else None
+        ratios = [x for x in matched.get("speed ratio", []) if x is not None and not pd.isna(x)]
+        point, lo, hi = _geomean_interval(ratios)
+        row.update({"timed": len(ratios), "geomean speed": point, "geomean speed lo": lo, "geomean speed hi": hi})
+        comp = [(o, n) for o, n in zip(matched.get("compile s old", []), matched.get("compile s new", []))
+                if o and n and not pd.isna(o) and not pd.isna(n)]
+        inst = [(o, n) for o, n in zip(matched.get("instructions old", []), matched.get("instructions new", []))
+                if o and n and not pd.isna(o) and not pd.isna(n)]
+        row["instructions compared"] = len(inst)
+        row["geomean instructions"] = math.exp(sum(math.log(n / o) for o, n in inst) / len(inst)) if inst else None
+        regs = [(o, n) for o, n in zip(matched.get("registers old", []), matched.get("registers new", []))
+                if o and n and not pd.isna(o) and not pd.isna(n)]
+        row["registers fewer"] = sum(n < o for o, n in regs)
+        row["registers more"] = sum(n > o for o, n in regs)
+        row["geomean compile time"] = math.exp(sum(math.log(n / o) for o, n in comp) / len(comp)) if comp else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _transition(old, new) -> str:
+    a = ", ".join(dict.fromkeys(x for x in old if x))
+    b = ", ".join(dict.fromkeys(x for x in new if x))
+    return a if a == b else f"{a} -> {b}"
+
+
+def sentence(row: dict) -> str:
+    """'triton 3.6.0 -> triton 3.9.0, sm_100a: 14 candidates gained tcgen05, 2 lost tma, 3 new compile errors,
+    geomean speed +4% [+1%, +7%]' (parts with nothing to say are left out)."""
+    parts = []
+    row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}  # other archs' families
+    for k, v in row.items():
+        if (k.startswith("gained ") or k.startswith("lost ")) and v:
+            verb, fam = k.split(" ", 1)
+            parts.append(f"{v} {'candidate' if v == 1 else 'candidates'} {verb} {fam}")
+    if row.get("new compile errors"):
+        parts.append(f"{row['new compile errors']} new compile error(s)")
+    if row.get("new build time-outs"):
+        parts.append(f"{row['new build time-outs']} build(s) stopped by the build's time limit (not a compile "
+                     "error)")
+    if row.get("fixed compile errors"):
+        parts.append(f"{row['fixed compile errors']} compile error(s) fixed")
+    if row.get("category changed"):
+        parts.append(f"{row['category changed']} category change(s)")
+    if row.get("family counts changed"):
+        parts.append(f"family counts changed in {row['family counts changed']}")
+    if row.get("geomean instructions") is not None:
+        parts.append(f"SASS instructions {_pct(row['geomean instructions'])} (geomean of "
+                     f"{row['instructions compared']})")
+    if row.get("registers fewer") or row.get("registers more"):
+        parts.append(f"registers fewer in {row['registers fewer']}, more in {row['registers more']}")
+    if row.get("geomean speed") is not None:
+        text = f"geomean speed {_pct(row['geomean speed'])} over {row['timed']} timed"
+        if row.get("geomean speed lo") is not None:
+            text += f" [95% {_pct(row['geomean speed lo'])}, {_pct(row['geomean speed hi'])}]"
+        parts.append(text)
+    else:
+        parts.append("speed not measured (no candidate timed on both sides)")
+    if not any(k.startswith(("gained", "lost")) and v for k, v in row.items()) and not row.get("new compile errors"):
+        parts.insert(0, "no family gained or lost")
+    return f"{row['toolchain']}, {row['sm']} ({row['lang']}, {row['matched']}/{row['candidates']} candidates " \
+           f"matched): " + ", ".join(parts)
+
+
+def _pct(x: float) -> str:
+    return f"{(x - 1) * 100:+.1f}%"
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+def parse_rules(text: str | None) -> list[tuple[str, float | None]]:
+    out = []
+    for item in [s.strip() for s in (text or "").split(",") if s.strip()]:
+        name, _, arg = item.partition(":")
+        if name not in RULES:
+            raise XlangError(f"--fail-on {item}: unknown rule (known: lost-family, compile-error, slower:X%, "
+                             "unmatched)")
+        if name == "slower":
+            try:
+                out.append((name, float(arg.rstrip("%")) / 100))
+            except ValueError:
+                raise XlangError(f"--fail-on {item}: expected slower:X% (e.g. slower:5%)") from None
+        else:
+            out.append((name, None))
+    return out
+
+
+def fired(cands: pd.DataFrame, rules) -> list[str]:
+    """One line per rule that fires, naming the candidates."""
+    out = []
+    if cands.empty:
+        return out
+    matched = cands[cands["new"] != "(not in new)"]
+    for name, arg in rules:
+        if name == "unmatched":
+            hit = cands[cands["new"] == "(not in new)"]
+        elif matched.empty:
+            continue
+        elif name == "lost-family":
+            hit = matched[matched["lost required"].fillna("") != ""]
+        elif name == "compile-error":
+            hit = matched[matched["new compile error"].fillna(False).astype(bool)]
+        else:
+            ratio = pd.to_numeric(matched["speed ratio"], errors="coerce")
+            hit = matched[ratio < 1 - arg]
+        if len(hit):
+            label = name if arg is None else f"{name}:{arg * 100:g}%"
+            names = ", ".join(f"{r.task}/{r.lang}/{r.arch}/{r.candidate}" for r in hit.itertuples())
+            out.append(f"{label}: {len(hit)} candidate(s): {names}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- readiness
+
+def readiness(frames: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """Per store and (language, architecture, toolchain), of (store name, candidates) pairs: the share that compiles, carries the required families in SASS,
+    executed them at run time (of those whose runtime ran), and the experts' geomean speed over the vendor."""
+    named = [f.assign(store=Path(str(name)).name) for name, f in frames if not f.empty]
+    allc = pd.concat(named, ignore_index=True) if named else pd.DataFrame()
+    rows = []
+    if allc.empty:
+        return pd.DataFrame(rows)
+    for (store, lang, arch, tc), g in allc.groupby(["store", "lang", "arch", "toolchain"], sort=False):
+        ran = g[g["runtime_ran"]]
+        experts = [x for x in g[g["expert"]]["speedup"] if x is not None and not pd.isna(x)]
+        point, lo, hi = _geomean_interval(experts)
+        rows.append({
+            "store": store, "lang": lang, "arch": arch, "toolchain": tc, "candidates": len(g),
+            "compiles": g["compiled"].mean(), "required families in SASS": (g["census_ok"] == True).mean(),  # noqa: E712
+            "runtime ran": len(ran),
+            "executes them": (ran["executed_ok"] == True).mean() if len(ran) else None,  # noqa: E712
+            "experts timed": len(experts), "experts' speed vs vendor": point,
+            "experts' speed lo": lo, "experts' speed hi": hi,
+        })
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- the output
+
+@dataclass
+class Diff:
+    old: str
+    new: str
+    candidates: pd.DataFrame
+    summary: pd.DataFrame
+    readiness: pd.DataFrame
+    only_new: list = field(default_factory=list)
+
+    def sentences(self) -> list[str]:
+        return [sentence(r) for r in self.summary.to_dict("records")]
+
+
+def diff(old: str | Path, new: str | Path) -> Diff:
+    a, b = candidates(old), candidates(new)
+    if a.empty:
+        raise XlangError(f"{old} holds no judged candidate")
+    pairs, only_new = _pair(a, b)
+    cands = candidate_rows(pairs)
+    return Diff(str(old), str(new), cands, summary_rows(cands), readiness([(old, a), (new, b)]), only_new)
+
+
+def _fmt(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else ""
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.3g}"
+    return str(v)
+
+
+def _share(v) -> str:
+    return "" if v is None or pd.isna(v) else f"{v * 100:.0f}%"
+
+
+def readiness_display(r: pd.DataFrame) -> pd.DataFrame:
+    if r.empty:
+        return r
+    out = r[["store", "lang", "arch", "toolchain", "candidates"]].copy()
+    out["compiles"] = r["compiles"].map(_share)
+    out["required families in SASS"] = r["required families in SASS"].map(_share)
+    out["executes them (runtime ran)"] = [f"{_share(e)} of {n}" if n else "not run (no runtime verdict)"
+                                          for e, n in zip(r["executes them"], r["runtime ran"])]
+    out["experts' speed vs vendor"] = [
+        "not run (no timed expert)" if not n else f"{p:.3f}x" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None
+                                                                and not pd.isna(lo) else "") + f" (n={n})"
+        for p, lo, hi, n in zip(r["experts' speed vs vendor"], r["experts' speed lo"], r["experts' speed hi"],
+                                r["experts timed"])]
+    return out
+
+
+def _changed(c: pd.DataFrame) -> pd.DataFrame:
+    """The candidates with anything to say, with the columns a reader needs first."""
+    if c.empty or "gained" not in c:
+        return c
+    keep = (c["old"] != c["new"]) | (c["gained"].fillna("") != "") | (c["lost"].fillna("") != "") \
+        | (pd.to_numeric(c["SASS mix shift"], errors="coerce").fillna(0) > 0) \
+        | (c["registers old"].astype(str) != c["registers new"].astype(str))
+    cols = ["task", "lang", "arch", "candidate", "old", "new", "gained", "lost", "family counts changed",
+            "instructions old",
+            "instructions new", "registers old", "registers new", "spill bytes old", "spill bytes new",
+            "SASS mix shift", "top opcode changes", "compile s old", "compile s new", "speed ratio"]
+    return c[keep][[x for x in cols if x in c]]
+
+
+def write(d: Diff, out: Path, title: str | None = None) -> dict:
+    """index.html, diff.md and CSVs (candidates, summary, readiness) in out."""
+    from jinja2 import Environment, select_autoescape
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"candidates": out / "candidates.csv", "summary": out / "summary.csv", "readiness": out / "readiness.csv"}
+    d.candidates.to_csv(files["candidates"], index=False)
+    d.summary.to_csv(files["summary"], index=False)
+    d.readiness.to_csv(files["readiness"], index=False)
+    title = title or f"xlang diff: {Path(d.old).name} -> {Path(d.new).name}"
+    changed = _changed(d.candidates)
+    tables = {"readiness": readiness_display(d.readiness), "changed": changed}
+
+    def md_table(df: pd.DataFrame) -> str:
+        if df.empty:
+            return "(none)\n"
+        lines = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + " --- |" * len(df.columns)]
+        lines += ["| " + " | ".join(_fmt(v).replace("|", "/") for v in row) + " |" for row in df.itertuples(index=False)]
+        return "\n".join(lines) + "\n"
+
+    md = [f"# {title}\n", f"old: `{d.old}`  \nnew: `{d.new}`\n", "## Summary per language x architecture\n"]
+    md += [f"- {s}" for s in d.sentences()] + [""]
+    md += ["## Readiness per language, architecture and toolchain\n", md_table(tables["readiness"])]
+    md += [f"## Candidates that changed ({len(changed)} of {len(d.candidates)}; every candidate: candidates.csv)\n",
+           md_table(changed)]
+    if d.only_new:
+        md += [f"{len(d.only_new)} candidate(s) of the new store have no match in the old one.\n"]
+    (out / "diff.md").write_text("\n".join(md))
+    env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
+    html = env.from_string(_HTML).render(
+        title=title, old=d.old, new=d.new, sentences=d.sentences(), only_new=len(d.only_new),
+        total=len(d.candidates),
+        tables=[(name, list(df.columns), [[_fmt(v) for v in row] for row in df.itertuples(index=False)])
+                for name, df in (("Readiness per language, architecture and toolchain", tables["readiness"]),
+                                 (f"Candidates that changed ({len(changed)})", changed))])
+    (out / "index.html").write_text(html)
+    return {**files, "markdown": out / "diff.md", "html": out / "index.html"}
+
+
+_HTML = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
+<style>body{font-family:system-ui,sans-serif;margin:1.5em;max-width:1400px}table{border-collapse:collapse;
+font-size:.85em;margin-bottom:2em}td,th{border-bottom:1px solid #ddd;padding:.25em .5em;text-align:left}
+th{background:#f4f4f4}div.scroll{overflow-x:auto}</style></head><body>
+<h1>{{ title }}</h1><p>old: <code>{{ old }}</code><br>new: <code>{{ new }}</code></p>
+<h2>Summary per language x architecture</h2><ul>{% for s in sentences %}<li>{{ s }}</li>{% endfor %}</ul>
+{% if only_new %}<p>{{ only_new }} candidate(s) of the new store have no match in the old one.</p>{% endif %}
+{% for name, cols, rows in tables %}<h2>{{ name }}</h2><div class="scroll"><table><tr>{% for c in cols %}<th>{{ c }}</th>
+{% endfor %}</tr>{% for row in rows %}<tr>{% for v in row %}<td>{{ v }}</td>{% endfor %}</tr>{% endfor %}</table></div>
+{% endfor %}<p>Every candidate ({{ total }}): candidates.csv; the summary: summary.csv; readiness: readiness.csv.</p>
+</body></html>"""
+
+
+def register(app) -> None:
+    import typer
+
+    @app.command("diff")
+    def diff_command(
+        old: Path = typer.Argument(..., help="the store judged under the old toolchain"),
+        new: Path = typer.Argument(..., help="the store judged under the new one (e.g. by xlang rejudge)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="write index.html, diff.md and CSVs here"),
+        fail_on: Optional[str] = typer.Option(None, "--fail-on", help="exit 1 when a rule fires: lost-family, "
+                                                                      "compile-error, slower:X%, unmatched"),
+        title: Optional[str] = typer.Option(None, "--title", help="the report's title"),
+    ):
+        """What another toolchain changed on the same candidates: categories, instruction families, registers,
+        spills, SASS mix, compile time and speed, per candidate and per language x architecture."""
+        from xlang.terminal import make_console
+
+        rules = parse_rules(fail_on)
+        console = make_console()
+        d = diff(old, new)
+        for s in d.sentences():
+            console.print(f"- {s}", highlight=False)
+        if out is not None:
+            files = write(d, out, title)
+            console.print(f"wrote {files['html']}, {files['markdown']}, 3 CSV", highlight=False)
+        hits = fired(d.candidates, rules)
+        for line in hits:
+            console.print(f"[red]fail-on[/red] {line}", highlight=False)
+        if hits:
+            raise typer.Exit(1)
+
+    @app.command("readiness")
+    def readiness_command(
+        stores: list[Path] = typer.Argument(..., help="results stores (one per toolchain, e.g.)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="also write readiness.csv here"),
+    ):
+        """Per language, architecture and toolchain: the share of the corpus that compiles, that carries the
+        architecture's required families in SASS, that executed them, and the experts' speed vs the vendor."""
+        from rich.table import Table
+
+        from xlang.terminal import make_console
+
+        r = readiness([(s, candidates(s)) for s in stores])
+        display = readiness_display(r)
+        table = Table(title="readiness", header_style="bold")
+        for c in display.columns:
+            table.add_column(str(c), overflow="fold")
+        for row in display.itertuples(index=False):
+            table.add_row(*[_fmt(v) for v in row])
+        make_console().print(table)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            r.to_csv(out / "readiness.csv", index=False)
