@@ -52,6 +52,43 @@ def _disassemble(path: str, _mtime_ns: int, _size: int) -> dict[str, Counter]:
     return parse_sass(proc.stdout)
 
 
+# The whole instruction of a listing line, without its encoding comment: "@!P0 HGMMA.64x128x16.F32.BF16 R24, ..."
+_LISTED = re.compile(r"^\s*/\*([0-9a-fA-F]+)\*/\s+(.*?)\s*(?:/\*\s*0x[0-9a-fA-F]+\s*\*/)?\s*$")
+
+
+def parse_listing(text: str) -> dict[str, list[list[tuple[int, str]]]]:
+    """cuobjdump -sass output -> {function name: [its instructions, (offset in the function, text)]}, one list per
+    time the name appears (a shared object can embed several cubins with a function of the same name)."""
+    functions: dict[str, list[list[tuple[int, str]]]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNCTION.match(line)
+        if m:
+            current = []
+            functions.setdefault(m.group(1), []).append(current)
+            continue
+        m = _LISTED.match(line)
+        if m and current is not None and _INSTRUCTION.match(line):
+            current.append((int(m.group(1), 16), m.group(2)))
+    return functions
+
+
+def listing(binary: Path) -> dict[str, list[list[tuple[int, str]]]]:
+    """The SASS of every function of a cubin (or of every cubin embedded in an ELF/.so/fatbin), instruction by
+    instruction: what Nsight Compute's source page is compared with (xlang.profiler.ncu.same_code)."""
+    stat = Path(binary).stat()
+    return _listing(str(binary), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _listing(path: str, _mtime_ns: int, _size: int) -> dict[str, list[list[tuple[int, str]]]]:
+    tool = require_tool("cuobjdump")
+    proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
+    return parse_listing(proc.stdout)
+
+
 def classify(opcodes: Counter, family_names) -> dict[str, int]:
     """Opcode counts -> instruction count per family (an opcode may belong to one family at most)."""
     fams = archs_mod.families()

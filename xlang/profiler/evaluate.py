@@ -320,7 +320,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    return ncu_judgement(info, profiles, spec, arch, required, task)
+    return ncu_judgement(info, profiles, spec, arch, required, task,
+                         jit_modules=(run.result or {}).get("jit_modules") or [])
 
 
 def _ncu_saw_no_kernel(tool_output: str) -> bool:
@@ -331,37 +332,31 @@ def _ncu_saw_no_kernel(tool_output: str) -> bool:
     return "No kernels were profiled" in tool_output and "==ERROR==" not in tool_output
 
 
-def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
-    """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's
-    doing (the runner launches nothing of its own): all of them count in the math, except vendor kernels,
-    which are forbidden. Nsight Compute has names only: a name keeps a vendor-looking kernel out of the math,
-    but never a kernel the candidate's build compiled ('gemm_persistent'). A vendor-looking kernel the build did
-    not compile stays forbidden even when the candidate's own JIT made one of that name at run time: under the
-    profiler the same name could be the vendor's kernel (a candidate can tell it is profiled), and names are
-    all Nsight Compute gives. _same_kernels then ties this call to an observed one."""
-    built = [n for n in spec.get("build_kernels", []) if n]
-    names = sorted({p.name for p in profiles
-                    if ncu_mod.is_candidate_kernel(p.name, built) or not ncu_mod.forbidden_reason(p.name)})
+def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_modules=()):
+    """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's doing
+    (the runner launches nothing of its own). Whose code each kernel is, is decided by its code, not its name
+    (ncu_provenance): a kernel whose SASS is, instruction for instruction, a function of a module the candidate's
+    own toolchain produced in this evaluation (its build; the cubins its JIT wrote into its private cache during
+    this stage) is the candidate's whatever its name ('gemm_kernel', 'cublas_like'); any other kernel is forbidden
+    whatever its name, but for torch's utility kernels (fill, copy, elementwise: counted in the math, as the
+    candidate's call launched them) and, for a JIT that keeps its code in memory (CuTe DSL: no module on disk for
+    a specialisation its build did not make), a kernel under a name its build compiled. _same_kernels then ties
+    this call to an observed one."""
+    decided, forbidden = ncu_provenance(profiles, spec, jit_modules)
+    names = sorted({d["name"] for d in decided if d["by"] != "forbidden"})
     shape = spec["ncu_trials"][-1][0]
     summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
-    info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary}
-    # Evidence, not yet a failure: is each own kernel the build's code, instruction for instruction? (False for
-    # a vendor kernel profiled under a name the build also has; also for an honest Triton kernel specialised
-    # differently at run time, which is why it does not decide yet: to be measured on the experts first.)
-    identity: dict[str, list] = {}
-    for p in profiles:
-        if p.name in names:
-            identity.setdefault(p.name, []).append(ncu_mod.sass_identity(p, spec.get("build_opcodes") or {}))
-    # every launch under a name must be the build's code (an impostor first and the real kernel after is False)
-    info["sass_identity"] = {k: all(v for v in vs if v is not None) for k, vs in identity.items()
-                             if any(v is not None for v in vs)}
-    if summary["forbidden_kernels"]:
-        k = summary["forbidden_kernels"][0]
-        return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
-                                        f"kernel(s) named like a vendor's or torch's compute kernel that its build "
-                                        f"did not compile, e.g. {k['name'][:120]} ({k['why']}); Nsight Compute knows "
-                                        "kernels by name only, so such a kernel counts as the vendor's (a kernel of "
-                                        "your own must be one the build compiles, or be named unlike a library's)")
+    info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary, "provenance": decided}
+    # every launch under a name must be the candidate's code (an impostor first and the real kernel after is False)
+    identity: dict[str, bool] = {}
+    for d in decided:
+        if d["by"] in ("code", "forbidden"):
+            identity[d["name"]] = identity.get(d["name"], True) and d["by"] == "code"
+    info["sass_identity"] = identity
+    if forbidden:
+        d = forbidden[0]
+        return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(forbidden)} kernel(s) that "
+                                        f"are not its own code, e.g. {d['name'][:120]}: {d['why']}")
     if summary["missing"]:
         counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
         extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
@@ -375,12 +370,62 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
     return info, None
 
 
-def _build_opcodes(build) -> dict[str, list[dict]]:
-    """Kernel name -> the SASS opcode counts of each cubin the build compiled under that name (its census)."""
-    out: dict[str, list[dict]] = {}
-    for k in getattr(build.census, "kernels", None) or []:
-        out.setdefault(k.name, []).append(dict(k.opcodes))
-    return out
+def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], list[dict]]:
+    """Per profiled launch: {name, by, ...} with by 'code' (its SASS is a function of the candidate's build or
+    JIT-cache modules: `matched` names it), 'utility' (torch's fill / copy / elementwise kernels), 'name' (no SASS
+    listing on the page, or a JIT that keeps kernels in memory: the name rule of before), or 'forbidden' (`why`);
+    and the forbidden ones. The build's modules are disassembled first, the JIT's only when a kernel matches none."""
+    from xlang import census
+    from xlang.profiler.judge import _UTILITY_KERNEL
+
+    built = [n for n in spec.get("build_kernels", []) if n]
+    on_disk = spec.get("kernels_on_disk", True)
+    sources = {"build": list(spec.get("build_modules") or []), "jit": [str(m) for m in jit_modules]}
+    index: dict = {}
+    read: set = set()
+
+    def load(which: str) -> None:
+        if which in read:
+            return
+        read.add(which)
+        listings = []
+        for path in sources[which]:
+            try:
+                listings.append(census.listing(Path(path)))
+            except (OSError, RuntimeError, subprocess.SubprocessError):
+                continue  # a module that cannot be disassembled matches nothing
+        for n, entries in ncu_mod.module_index(listings).items():
+            index.setdefault(n, []).extend(entries)
+
+    decided, forbidden = [], []
+    for p in profiles:
+        load("build")
+        matched = ncu_mod.sass_identity(p, index)
+        if matched is False and sources["jit"]:
+            load("jit")
+            matched = ncu_mod.sass_identity(p, index)
+        entry = {"name": p.name}
+        if isinstance(matched, str):
+            entry.update(by="code", matched=matched)
+        elif _UTILITY_KERNEL.search(p.name) and not ncu_mod.forbidden_reason(p.name):
+            entry.update(by="utility")
+        elif matched is None or not on_disk:
+            # No listing to compare (the page lacks this kernel's SASS), or CuTe DSL's in-memory JIT: the name rule
+            # of before (a name its build compiled, or one unlike a vendor's) is all there is.
+            why = ncu_mod.forbidden_reason(p.name)
+            if ncu_mod.is_candidate_kernel(p.name, built) or not why:
+                entry.update(by="name", note="no SASS listing on the source page" if matched is None else
+                             "its JIT keeps kernels in memory: judged by name")
+            else:
+                entry.update(by="forbidden", why=f"{why}, and its build compiled no kernel of that name")
+        else:
+            entry.update(by="forbidden", why="its SASS matches, instruction for instruction, none of the modules the "
+                                             "candidate's toolchain produced in this evaluation (its build, the "
+                                             "cubins its JIT wrote into its cache)")
+        decided.append(entry)
+        if entry["by"] == "forbidden":
+            forbidden.append(entry)
+    return decided, forbidden
 
 
 def _same_kernels(executed: dict | None, observed: list | None, observed_first: list | None = None):
@@ -627,7 +672,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "hidden": [str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
         "build_kernels": [k.name for k in build.kernels],
         "build_kernel_stems": sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
-        "build_opcodes": _build_opcodes(build),
+        "build_modules": sorted({k.cubin for k in build.kernels if k.cubin}),  # its cubins / shared objects
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
         "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed,

@@ -1075,6 +1075,8 @@ def run_tool_stage(ctx, progress) -> dict:
     finally:
         runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
         _collect_tool_output(runner, spec)
+    if spec["mode"] == "ncu":
+        out["jit_modules"] = collect_jit_modules(runner.home, spec.get("jit_cache"), Path(spec["stage_dir"]))
     out["runner_exit"] = runner.proc.returncode
     out["runner_stdout"] = runner.out.text(1.0)[-20000:]
     out["runner_stderr"] = runner.err.text(1.0)[-20000:]
@@ -1089,6 +1091,46 @@ def _collect_tool_output(runner: "Runner", spec: dict) -> None:
         data = read_untrusted_bytes(source, 1 << 30) if source is not None else None
         if data:
             (Path(spec["stage_dir"]) / name).write_bytes(data)
+
+
+JIT_MODULES_MAX = 2000  # as Provenance.rescan
+JIT_MODULES_MAX_BYTES = 1 << 30
+
+
+def collect_jit_modules(home: Path | None, jit_cache: str | None, stage_dir: Path) -> list[str]:
+    """Copies of the cubins the candidate's JIT wrote into its private cache during this stage (Backend.jit_cache
+    in its home), in a folder of the judge's own made after the candidate's processes are gone: the modules a
+    kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.ncu.sass_identity). Read
+    never through a link (read_untrusted_bytes), at most 64 MiB each; a candidate can put any cubin there, so a
+    vendor cubin it copies in counts as its own (README, residual risks)."""
+    from xlang.sandbox import read_untrusted_bytes
+
+    if home is None or not jit_cache:
+        return []
+    root = Path(home) / jit_cache
+    if not root.is_dir() or root.is_symlink():  # a link would make any cubin on the machine "its own"
+        return []
+    found = []
+    for folder_path, _dirs, files in os.walk(root, followlinks=False):
+        found += [Path(folder_path) / f for f in files if f.endswith(".cubin")]
+    found = sorted(found)[:JIT_MODULES_MAX]
+    if not found:
+        return []
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="jit-modules-", dir=stage_dir))  # new, 0700: nothing of the candidate's
+    out, total = [], 0
+    for i, path in enumerate(found):
+        data = read_untrusted_bytes(path, 64 << 20)
+        if not data or total + len(data) > JIT_MODULES_MAX_BYTES:
+            continue
+        total += len(data)
+        target = folder / f"{i:04d}.cubin"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        out.append(str(target))
+    return out
 
 
 def run(spec: dict, progress) -> dict:
