@@ -90,6 +90,7 @@ def test_a_vendor_kernel_under_a_build_kernels_name_is_forbidden(tmp_path):
     assert [d["by"] for d in decided] == ["code", "forbidden"]
     info, judged = ncu_judgement({}, [ours, impostor], _spec(build, BIG), H200, ("wgmma", "tma"), get_task("gemm"))
     assert judged[0] == "forbidden_call" and "gemm_kernel" in judged[1]
+    assert "1024 instructions profiled, 384 built" in judged[1]
     assert info["sass_identity"] == {"gemm_kernel": False}  # one impostor launch under the name is enough
 
 

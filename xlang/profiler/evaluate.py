@@ -419,9 +419,11 @@ def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], li
             else:
                 entry.update(by="forbidden", why=f"{why}, and its build compiled no kernel of that name")
         else:
+            differs = ncu_mod.first_difference(p, index)
             entry.update(by="forbidden", why="its SASS matches, instruction for instruction, none of the modules the "
                                              "candidate's toolchain produced in this evaluation (its build, the "
-                                             "cubins its JIT wrote into its cache)")
+                                             "cubins its JIT wrote into its cache)"
+                                             + (f"; against its build's kernel of that name, {differs}" if differs else ""))
         decided.append(entry)
         if entry["by"] == "forbidden":
             forbidden.append(entry)

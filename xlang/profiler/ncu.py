@@ -381,6 +381,22 @@ def sass_identity(profile: "KernelProfile", modules: dict[int, list[tuple[str, l
     return False
 
 
+def first_difference(profile: "KernelProfile", modules: dict[int, list[tuple[str, list[str]]]]) -> str | None:
+    """Where the profiled code first parts from a module function of the same name (for the verdict's detail: an
+    impostor, or an honest kernel the page prints in a way not yet seen), or None when no function has that name."""
+    code = profiled_code(profile) or []
+    same = [m for entries in modules.values() for m in entries if m[0].strip() == profile.name.strip()]
+    if not same or not code:
+        return None
+    _, module = min(same, key=lambda m: abs(len(m[1]) - len(code)))
+    if len(module) != len(code):
+        return f"{len(code)} instructions profiled, {len(module)} built"
+    for got, want in zip(code, module):
+        if not same_code([got], [want]):
+            return f"first difference: profiled '{got[:80]}', built '{want[:80]}'"
+    return None
+
+
 def forbidden_reason(name: str) -> str | None:
     m = FORBIDDEN_KERNEL.search(name)
     return f"'{m.group(0).strip('_')}' in the kernel name" if m else None
