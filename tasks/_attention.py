@@ -20,6 +20,14 @@ TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
 # early query rows see few keys, so their gradients are large and their bf16 rounding of dS and O counts most.
 # The non-causal backward's worst error there is 0.0027: it keeps 1e-2.
 CAUSAL_BACKWARD_TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}
+# LSE is a log: a relative 1e-2 on a value of ~9.5 (S = 8192) let an LSE ~10% off in its normaliser pass (0.095
+# absolute). It is checked absolutely, with a small relative part for large scores. The honest error, measured with
+# a CPU emulation of an fp32 online-softmax kernel (its own summation order of Q K^T, key blocks of 128, LSE = m +
+# log l) against the fp32 reference, every forward kind, S 333..16383, D 64/96/128, causal or not
+# (`python3 benchmarks/attn_precision.py --rows 64 --seeds 1`, 2026-12-01): at most 9.5e-7 where |LSE| <= 11, at
+# most 3.8e-5 where |LSE| ~ 120-212 (large, peaked). The tolerance is then 1e-3 + 1e-5 |LSE|: over 1000x the
+# former, ~60x the latter; an LSE 0.1% off in its normaliser (1e-3) already fails. Never measured on a GPU kernel.
+LSE_TOLERANCE = {"atol": 1e-3, "rtol": 1e-5}
 
 _Q = TensorArg("Q", "in", "bf16", ("B", "H", "S", "D"))
 _K = TensorArg("K", "in", "bf16", ("B", "HKV", "S", "D"))
@@ -35,9 +43,13 @@ _SHAPE_RULES = (
 )
 _FORWARD_VALUES = (
     "Inputs are not only N(0, 1): trials also use large scores (far above 88, where exp overflows fp32 unless\n"
-    "the row max is subtracted), one dominant key per row, and near-uniform rows over V with large means."
+    "the row max is subtracted), one dominant key per row, near-uniform rows over V with large means, and V\n"
+    "values beyond fp16's range (|V| above 65504: P@V must accumulate in fp32, as the contract says)."
 )
-_BACKWARD_VALUES = "Inputs are not only N(0, 1): trials also use near-uniform rows (long fp32 sums)."
+_BACKWARD_VALUES = (
+    "Inputs are not only N(0, 1): trials also use near-uniform rows (long fp32 sums), and Q, V scaled up and K\n"
+    "down by powers of two (the same scores; dP = dO V^T and dK beyond fp16's range: accumulate in fp32)."
+)
 
 
 def _math(causal: bool) -> str:
@@ -203,11 +215,18 @@ def backward_reference(dO, Q, K, V, shape, causal):
 # Inputs: bf16 values the contract allows, in several distributions (the judge cycles through INPUT_KINDS
 # across trials). dO is N(0, 1) for every kind.
 
-INPUT_KINDS = ("normal", "large", "peaked", "flat")
+INPUT_KINDS = ("normal", "large", "peaked", "flat", "large_v")
 # The backward recomputes P from the given LSE, so large or peaked scores cannot overflow it; what they do is
 # amplify the bf16 rounding of dS and of the given O (which the contract allows) past the tolerance, in dQ/dK
-# (measured with an FA2-style emulation). Its trials use near-uniform rows besides N(0, 1).
-BACKWARD_INPUT_KINDS = ("normal", "flat")
+# (measured with an FA2-style emulation). Its trials use near-uniform rows besides N(0, 1), and "scaled": the
+# normal kind with Q and V multiplied and K divided by powers of two. Scores are the same, every gradient scales
+# by a power of two (dV not at all), so an honest kernel's relative errors are the normal kind's; what it adds is
+# range: dP = dO V^T and dK exceed 65504, so an fp16 accumulator overflows. Offsets in V cannot be used there (they
+# cancel in dP - rowsum(dO * O) and leave the bf16 rounding of the given O dominant), nor larger scores.
+BACKWARD_INPUT_KINDS = ("normal", "flat", "scaled")
+# Powers of two (exact in bf16) for "large_v" and "scaled": 2^16 is past fp16's largest finite value (65504).
+FP16_BEYOND = 2.0 ** 16
+SCALED_Q, SCALED_K, SCALED_V = 2.0 ** 4, 2.0 ** -4, 2.0 ** 13
 
 
 def _randn(shape_tuple, g, device):
@@ -227,6 +246,11 @@ def forward_inputs(shape, seed, device, kind="normal", causal=False, backward=Fa
         per-channel offset (|offset| 1..3) so that mean is large and a bf16 row sum or output accumulator
         drifts (the backward keeps V ~ N(0, 1): an offset cancels in dP - rowsum(dO * O) and leaves the bf16
         rounding of O dominant).
+    large_v (forward): Q, K normal; V as in flat times 2^16, so |V| ~ 65536..300000: the running P@V
+        accumulator, whose largest term is the row's top key with weight exp(0) = 1, passes fp16's 65504 on every
+        row (Inf), while an fp32 accumulator and the bf16 output hold it with the flat kind's relative error.
+    scaled (backward): Q * 2^4, K * 2^-4 (scores unchanged), V * 2^13: |dP| = |dO V^T| ~ 2^13 sqrt(D) and dK
+        ~ 2^17 x the normal kind's, beyond fp16; every relative error an honest kernel makes is the normal kind's.
     """
     import torch
 
@@ -256,8 +280,15 @@ def forward_inputs(shape, seed, device, kind="normal", causal=False, backward=Fa
         q = 0.02 * q
         if not backward:
             v = sign * offset + 0.5 * v
+    elif kind == "large_v" and not backward:
+        offset = torch.rand(B, HKV, 1, D, generator=g, device=device) * 2 + 1
+        sign = torch.randint(0, 2, (B, HKV, 1, D), generator=g, device=device) * 2 - 1
+        v = FP16_BEYOND * (sign * offset + 0.5 * v)
+    elif kind == "scaled" and backward:
+        q, k, v = q * SCALED_Q, k * SCALED_K, v * SCALED_V
     elif kind != "normal":
-        raise ValueError(f"attention has no input kind '{kind}' (its kinds: {', '.join(INPUT_KINDS)})")
+        kinds = BACKWARD_INPUT_KINDS if backward else INPUT_KINDS
+        raise ValueError(f"attention has no input kind '{kind}' (its kinds: {', '.join(kinds)})")
     return {"Q": q.to(torch.bfloat16), "K": k.to(torch.bfloat16), "V": v.to(torch.bfloat16)}
 
 
@@ -342,6 +373,9 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         contract=backward_contract(causal) if backward else forward_contract(causal),
         default_shape=dict(DEFAULT_SHAPE),
         tolerance=dict(CAUSAL_BACKWARD_TOLERANCE if backward and causal else TOLERANCE),
+        output_tolerance={} if backward else {"LSE": dict(LSE_TOLERANCE)},
+        kind_output_scale={"scaled": {"dQ": SCALED_V * SCALED_K, "dK": SCALED_V * SCALED_Q}} if backward
+        else {"large_v": {"O": FP16_BEYOND}},
         flops=backward_flops(causal) if backward else forward_flops(causal),
         make_inputs=(lambda shape, seed, device, kind="normal": backward_inputs(shape, seed, device, causal, kind))
         if backward else (lambda shape, seed, device, kind="normal": forward_inputs(shape, seed, device, kind, causal)),

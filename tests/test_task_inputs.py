@@ -18,11 +18,11 @@ from xlang.task import all_tasks, get_task  # noqa: E402
 ATTENTION = ("attn_fwd", "attn_fwd_causal", "attn_bwd", "attn_bwd_causal")
 
 
-def _worst(task, got: dict, ref: dict) -> float:
+def _worst(task, got: dict, ref: dict, kind: str = "normal") -> float:
     """Largest |got - ref| / (atol + rtol |ref|) over every output (inf for NaN/Inf); <= 1 passes."""
-    atol, rtol = task.tolerance["atol"], task.tolerance["rtol"]
     worst = 0.0
     for name, want in ref.items():
+        atol, rtol = task.tolerance_for(name, kind)
         g, e = got[name].float(), want.float()
         ratio = ((g - e).abs() / (atol + rtol * e.abs())).nan_to_num(math.inf, math.inf, math.inf)
         worst = max(worst, float(ratio.max()))
@@ -224,7 +224,7 @@ def test_attention_every_kind_is_fair(name, shape):
     honest = _flash_backward if name.startswith("attn_bwd") else _flash_forward
     for kind in task.input_kinds:
         x = task.make_inputs(shape, 5, "cpu", kind=kind)
-        worst = _worst(task, honest(x, shape, causal), task.reference(x, shape))
+        worst = _worst(task, honest(x, shape, causal), task.reference(x, shape), kind)
         assert worst < (0.85 if name.startswith("attn_bwd") else 0.5), (kind, worst)
 
 
@@ -235,11 +235,13 @@ def test_attention_kinds_catch_softmax_shortcuts(causal, shape):
     x = {kind: task.make_inputs(shape, 5, "cpu", kind=kind) for kind in task.input_kinds}
     ref = {kind: task.reference(x[kind], shape) for kind in x}
 
-    def worst(kind, **shortcut):
-        return _worst(task, _flash_forward(x[kind], shape, causal, **shortcut), ref[kind])
+    def worst(kind, outputs=("O", "LSE"), **shortcut):
+        want = {name: ref[kind][name] for name in outputs}
+        return _worst(task, _flash_forward(x[kind], shape, causal, **shortcut), want, kind)
 
     assert ref["large"]["LSE"].min() > 100  # scores where exp overflows fp32
     assert worst("normal", max_subtracted=False) <= 1 and worst("large", max_subtracted=False) > 1
     assert worst("normal", max_from_first_block=True) <= 1 and worst("peaked", max_from_first_block=True) > 1
-    if shape["S"] > 256:  # a bf16 row sum drifts once it is ~256 terms long
-        assert worst("normal", acc=torch.bfloat16) <= 1 and worst("flat", acc=torch.bfloat16) > 1
+    if shape["S"] > 256:  # a bf16 row sum drifts once it is ~256 terms long: in O on the flat kind only ...
+        assert worst("normal", ("O",), acc=torch.bfloat16) <= 1 and worst("flat", ("O",), acc=torch.bfloat16) > 1
+        assert worst("normal", ("LSE",), acc=torch.bfloat16) > 1  # ... in LSE (checked absolutely) on any kind

@@ -198,6 +198,17 @@ class Task:
     tc_flops_ratio: tuple[float, float] = (0.5, 2.0)
     # Public kernels timed beside the vendor baseline when their packages are installed (xlang.profiler.judge).
     peers: tuple[Peer, ...] = ()
+    # An output that needs a tolerance of its own ({"LSE": {"atol": ..., "rtol": ...}}): `tolerance` is the rest's.
+    output_tolerance: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Input kinds that are another kind with inputs scaled by powers of two (exact in floating point), so an honest
+    # kernel's outputs are that kind's scaled exactly: {kind: {output: factor}} scales the output's atol with it, and
+    # the kind checks range (an fp16 accumulator overflows) and nothing else.
+    kind_output_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def tolerance_for(self, output: str, kind: str = "normal") -> tuple[float, float]:
+        """(atol, rtol) of one output in a trial of input kind `kind`, applied per element as torch.allclose does."""
+        tol = {**self.tolerance, **self.output_tolerance.get(output, {})}
+        return tol["atol"] * self.kind_output_scale.get(kind, {}).get(output, 1.0), tol["rtol"]
 
     def peer(self, name: str) -> Peer:
         for p in self.peers:

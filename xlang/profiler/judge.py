@@ -514,8 +514,9 @@ def _make_inputs(task, shape, seed, device, kind):
     return task.make_inputs(shape, seed, device)
 
 
-def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
-    """Check one finished call against the judge's own copy of its inputs: slack, inputs, outputs."""
+def verify(ctx, call: Call, inputs: dict, where: str, kind: str = "normal") -> dict:
+    """Check one finished call against the judge's own copy of its inputs (of value kind `kind`): slack, inputs,
+    outputs (each with its tolerance, Task.tolerance_for)."""
     task = ctx["task"]
     call.check_slack()
     changed = compare_inputs(inputs, call.input_tensors())
@@ -526,10 +527,11 @@ def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
     reference = task.reference(inputs, call.shape)
     stats = []
     for name, got in call.output_tensors().items():
-        s = compare_output(name, got, reference[name], ctx["atol"], ctx["rtol"])
+        atol, rtol = task.tolerance_for(name, kind)
+        s = compare_output(name, got, reference[name], atol, rtol)
         stats.append(s)
         if "failure" in s:
-            text = describe_failure(s, call.shape, -1, -1, ctx["atol"], ctx["rtol"])
+            text = describe_failure(s, call.shape, -1, -1, atol, rtol)
             raise Outcome("incorrect", text[: text.rfind(" (shape ")] + f" ({where})")
     return {"outputs": stats}
 
@@ -674,7 +676,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
             call.fill(inputs)
             call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None)
             _flush(observer, prov)
-            rec = verify(ctx, call, inputs, where)
+            rec = verify(ctx, call, inputs, where, kind)
         finally:
             call.close([runner])
         trials.append({"shape": shape, "kind": kind, "seed": seed, **rec})
