@@ -39,7 +39,7 @@ _SHAPE_RULES = (
     "Every shape with B, S >= 1 (any S, tails included), D in {64, 96, 128} and H a positive multiple of HKV\n"
     "(GQA: query head h reads key/value head h // (H // HKV)) must work: besides the default shape, each\n"
     "evaluation checks other shapes drawn at random from that whole space (other S, B, head dims and GQA\n"
-    "groups). All tensors are contiguous and 16-byte aligned.\n"
+    "groups; long sequences too, S up to 16399). All tensors are contiguous and 16-byte aligned.\n"
 )
 _FORWARD_VALUES = (
     "Inputs are not only N(0, 1): trials also use large scores (far above 88, where exp overflows fp32 unless\n"
@@ -101,33 +101,53 @@ def check_shape(shape):
 # tiles); B*H*S*S bounded so the fp32 reference stays cheap (B, then S, shrink). Sizes the caller fixed keep
 # their value, and fixing H or HKV keeps the group: `--shape D=96,HKV=8` (H=48) draws shapes with D=96, HKV=8,
 # H=48, so the GQA variant asked for is the one checked.
+# Long sequences (issue 31: a kernel may cheat only at S >= 8192): a drawn shape is long with LONG_RATE, S then
+# from LONG_S (half of those from LONG_TOP, around 16384), B = 1 and H = G in {1, 2}, so B*H*S*S stays under
+# MAX_LONG_SCORES (the reference's score matrices ~2 GiB, a trial a fraction of a second on the H200: estimated,
+# not measured); with H or HKV fixed the bound shrinks S instead.
 GROUPS = (1, 2, 4, 6, 8)
 MAX_S = 2500
 MAX_SCORES = 1 << 27
+LONG_RATE = 1 / 3
+LONG_S = (4097, 16399)
+LONG_TOP = (16369, 16399)
+MAX_LONG_SCORES = 2 * LONG_S[1] ** 2
 
 
-def _draw_s(rng, hi=MAX_S):
+def _draw_s(rng, hi=MAX_S, lo=1):
     while True:
-        s = rng.randint(1, min(hi, 200)) if hi <= 200 or rng.random() < 0.25 else rng.randint(201, hi)
+        if lo > 1:
+            s = rng.randint(lo, hi)
+        else:
+            s = rng.randint(1, min(hi, 200)) if hi <= 200 or rng.random() < 0.25 else rng.randint(201, hi)
         if s % 16 or s < 16:
             return s
 
 
+def _draw_long_s(rng):
+    return _draw_s(rng, *reversed(LONG_TOP)) if rng.random() < 0.5 else _draw_s(rng, LONG_TOP[0] - 1, LONG_S[0])
+
+
 def draw_shape(rng, shape, fixed):
     """One shape from the contract's space; sizes in `fixed` keep shape's value (H or HKV: the group too)."""
-    out = {"D": rng.choice(HEAD_DIMS), "B": rng.randint(1, 3), "S": _draw_s(rng)}
+    long = "S" not in fixed and rng.random() < LONG_RATE
+    out = {"D": rng.choice(HEAD_DIMS), "B": 1 if long else rng.randint(1, 3), "S": _draw_long_s(rng) if long
+           else _draw_s(rng)}
     if "H" in fixed or "HKV" in fixed:
         group = shape["H"] // shape["HKV"]
         hkv = shape["HKV"] if "HKV" in fixed else shape["H"] // group
+    elif long:
+        group, hkv = rng.choice((1, 2)), 1
     else:
         group, hkv = rng.choice(GROUPS), rng.randint(1, 3)
     out.update(H=hkv * group, HKV=hkv)
     out.update({k: shape[k] for k in fixed})
+    bound = MAX_LONG_SCORES if long else MAX_SCORES
     if "B" not in fixed:
-        while out["B"] > 1 and out["B"] * out["H"] * out["S"] ** 2 > MAX_SCORES:
+        while out["B"] > 1 and out["B"] * out["H"] * out["S"] ** 2 > bound:
             out["B"] -= 1
-    if "S" not in fixed and out["B"] * out["H"] * out["S"] ** 2 > MAX_SCORES:
-        out["S"] = _draw_s(rng, max(1, int((MAX_SCORES / (out["B"] * out["H"])) ** 0.5)))
+    if "S" not in fixed and out["B"] * out["H"] * out["S"] ** 2 > bound:
+        out["S"] = _draw_s(rng, max(1, int((bound / (out["B"] * out["H"])) ** 0.5)))
     return {k: out[k] for k in ("B", "H", "HKV", "S", "D")}
 
 
