@@ -101,6 +101,13 @@ def classify(opcodes: Counter, family_names) -> dict[str, int]:
     return counts
 
 
+def narrow_accumulators(opcodes: Counter, family_names) -> dict[str, int]:
+    """Full opcode -> count of the MMAs that accumulate in fp16 (archs.toml `narrow_accumulate` of their family)."""
+    fams = archs_mod.families()
+    rules = [fams[n].narrow_accumulate for n in family_names if fams[n].narrow_accumulate is not None]
+    return {op: n for op, n in opcodes.items() if any(r.search(op) for r in rules)}
+
+
 def ptx_evidence(ptx_texts, family_names) -> dict[str, int]:
     fams = archs_mod.families()
     return {name: sum(len(fams[name].ptx.findall(t)) for t in ptx_texts) for name in family_names}
@@ -112,6 +119,7 @@ class KernelCensus:
     families: dict[str, int]
     opcodes: dict[str, int]  # base opcode (before the first '.') -> count, for the instruction mix
     instructions: int
+    narrow_accumulate: dict[str, int] = field(default_factory=dict)  # fp16-accumulating MMAs: full opcode -> count
 
 
 @dataclass
@@ -127,6 +135,12 @@ class Census:
     @property
     def ok(self) -> bool:
         return not self.missing
+
+    @property
+    def narrow_accumulate(self) -> list[dict]:
+        """[{kernel, opcode, count}] of MMAs that accumulate in fp16, in every kernel (empty: none seen)."""
+        return [{"kernel": k.name, "opcode": op, "count": n} for k in self.kernels
+                for op, n in sorted(k.narrow_accumulate.items())]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -145,7 +159,8 @@ def take_census(binaries, ptx_texts, arch, required) -> Census:
             base = Counter()
             for op, n in opcodes.items():
                 base[op.split(".")[0]] += n
-            kernels.append(KernelCensus(fn, classify(opcodes, names), dict(base), sum(opcodes.values())))
+            kernels.append(KernelCensus(fn, classify(opcodes, names), dict(base), sum(opcodes.values()),
+                                        narrow_accumulators(opcodes, names)))
     totals = {n: sum(k.families[n] for k in kernels) for n in names}
     present = [f for f in required if totals.get(f, 0) > 0]
     return Census(

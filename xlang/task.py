@@ -194,6 +194,9 @@ class Task:
     input_kinds: tuple[str, ...] = ("normal",)
     # "Instructions executed" means the work (Nsight Compute, executed SASS): the required tensor-core family's
     # share of the candidate's math, and its FLOPs against the task's (xlang.profiler.ncu.work_check).
+    # The accumulator precision the contract asks for: with "fp32", MMAs that accumulate in fp16 (archs.toml
+    # narrow_accumulate: in the SASS, or executed under Nsight Compute) make the candidate incorrect.
+    accumulator: str = "fp32"
     min_tc_share: float = 0.5
     tc_flops_ratio: tuple[float, float] = (0.5, 2.0)
     # Public kernels timed beside the vendor baseline when their packages are installed (xlang.profiler.judge).

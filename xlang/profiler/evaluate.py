@@ -60,12 +60,12 @@ class Stage:
 STAGES = (
     Stage("screen", (V.NO_CODE, V.FORBIDDEN_CALL), "a static screen of the source", False),
     Stage("build", (V.COMPILE_ERROR,), "the language's compiler for the target (Python languages: jailed)", False),
-    Stage("census", (V.MISSING_INSTRUCTIONS,), "cuobjdump -sass of every kernel: the required families present",
-          False),
+    Stage("census", (V.INCORRECT, V.MISSING_INSTRUCTIONS), "cuobjdump -sass of every kernel: the required families "
+          "present; MMAs accumulating in fp16 where the contract says fp32 (incorrect)", False),
     Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
           "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
     Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
-    Stage("ncu", (V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute", True),
+    Stage("ncu", (V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.INCORRECT, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute", True),
 )
 
 
@@ -357,6 +357,13 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_mo
         d = forbidden[0]
         return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(forbidden)} kernel(s) that "
                                         f"are not its own code, e.g. {d['name'][:120]}: {d['why']}")
+    if getattr(task, "accumulator", "fp32") == "fp32":
+        from xlang.archs import families
+
+        executed = executed_narrow_accumulate(profiles, set(names), {f: families()[f] for f in arch.families})
+        info["narrow_accumulate"] = executed
+        if executed:
+            return info, (V.INCORRECT, narrow_accumulate_detail(executed, "Nsight Compute, executed"))
     if summary["missing"]:
         counts = ", ".join(f"{f}={summary['families'].get(f, 0):.0f}" for f in required)
         extra = f"; candidate kernels never launched: {', '.join(summary['not_launched'])}" \
@@ -368,6 +375,29 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_mo
     if why:
         return info, (V.NOT_EXECUTED, why)
     return info, None
+
+
+def narrow_accumulate_detail(found: list[dict], where: str) -> str:
+    """The verdict's words for MMAs that accumulate in fp16 ([{kernel, opcode, count or threads}])."""
+    ops = sorted({f["opcode"] for f in found})
+    kernels = sorted({f["kernel"] for f in found})
+    return (f"{where}: {', '.join(ops[:3])} in {len(kernels)} kernel(s) (e.g. {kernels[0][:100]}) accumulate in "
+            "fp16, where the contract says accumulate in fp32 (fp16 holds 65504 at most and 11 significant bits): a "
+            "contract violation, incorrect whatever the trials show")
+
+
+def executed_narrow_accumulate(profiles, own_names, families) -> list[dict]:
+    """The fp16-accumulating MMAs (archs.toml narrow_accumulate) that the candidate's own kernels executed."""
+    rules = [f.narrow_accumulate for f in families.values() if getattr(f, "narrow_accumulate", None) is not None]
+    found: dict = {}
+    for p in profiles:
+        if p.name not in own_names:
+            continue
+        for ln in p.lines:
+            if ln.threads > 0 and any(r.search(ln.opcode) for r in rules):
+                key = (p.name, ln.opcode)
+                found[key] = found.get(key, 0.0) + ln.threads
+    return [{"kernel": k, "opcode": op, "threads": n} for (k, op), n in sorted(found.items())]
 
 
 def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], list[dict]]:
@@ -637,11 +667,18 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     census_failure = (V.MISSING_INSTRUCTIONS,
                       f"static SASS census ({arch.sm}): required famil{'y' if len(missing) == 1 else 'ies'} "
                       f"{', '.join(missing)} not in any compiled kernel") if missing else None
+    # The contract accumulates in fp32: an MMA that accumulates in fp16 in any compiled kernel is a violation
+    # whether or not a trial happens to expose it (it cannot be told for every input), so it is incorrect here.
+    narrow = build.census.narrow_accumulate if build.census is not None and task.accumulator == "fp32" else []
+    accumulate_failure = (V.INCORRECT, narrow_accumulate_detail(narrow, f"static SASS census ({arch.sm})")) \
+        if narrow else None
 
     gpu = gpu_mod.find_gpu(arch) if options.run != "never" else None
     if gpu is None:
         verdict.runtime_note = ("not run (runtime disabled)" if options.run == "never" else
                                 f"not run (no GPU of compute capability {arch.compute_capability / 10:.1f} here)")
+        if accumulate_failure:
+            return finish(accumulate_failure[0], accumulate_failure[1] + "; " + verdict.runtime_note)
         if census_failure:
             return finish(census_failure[0], census_failure[1] + "; " + verdict.runtime_note)
         return finish(V.STATIC_OK, f"compiled for {arch.sm} with {', '.join(required)} present; {verdict.runtime_note}")
@@ -750,7 +787,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.correct = bool(verdict.correctness and verdict.correctness.get("passed")) and \
         (judged is None or judged[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL))
     if judged:  # incorrect in a verified timed call after correct trials included: correct is False above
-        return finish(*judged)
+        return finish(*min([judged] + [accumulate_failure] * bool(accumulate_failure),
+                           key=lambda f: V.STAGE_ORDER.index(f[0])))
     if not side_by_side:
         if options.memcheck:
             mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu)
@@ -772,7 +810,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                           (check.result or {}).get("timed_first_call_kernels"))
     if world:
         failures.append(world)
-    failures = [f for f in failures if f]
+    failures = [f for f in failures if f] + [accumulate_failure] * bool(accumulate_failure)
     if failures:  # the first in the declared order, the census's failure included
         first = min(failures + [census_failure] * bool(census_failure), key=lambda f: V.STAGE_ORDER.index(f[0]))
         if first is census_failure and verdict.correct:
