@@ -620,6 +620,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                            "workdir": str(workdir), "stages": [s.name for s in STAGES]}
     stage_seconds: dict = {}
     verdict.fingerprint["tolerance"] = dict(task.tolerance)  # what "correct" meant (it may change per task)
+    if task.output_tolerance or task.kind_output_scale:
+        verdict.fingerprint["tolerance"].update(outputs=task.output_tolerance, kind_scales=task.kind_output_scale)
     verdict.fingerprint["stage_seconds"] = stage_seconds
     pool = ThreadPoolExecutor(3)
     held: list = []
