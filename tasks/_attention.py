@@ -101,15 +101,17 @@ def check_shape(shape):
 # tiles); B*H*S*S bounded so the fp32 reference stays cheap (B, then S, shrink). Sizes the caller fixed keep
 # their value, and fixing H or HKV keeps the group: `--shape D=96,HKV=8` (H=48) draws shapes with D=96, HKV=8,
 # H=48, so the GQA variant asked for is the one checked.
-# Long sequences (issue 31: a kernel may cheat only at S >= 8192): a drawn shape is long with LONG_RATE, S then
-# from LONG_S (half of those from LONG_TOP, around 16384), B = 1 and H = G in {1, 2}, so B*H*S*S stays under
-# MAX_LONG_SCORES (the reference's score matrices ~2 GiB, a trial a fraction of a second on the H200: estimated,
-# not measured); with H or HKV fixed the bound shrinks S instead.
+# Long sequences (issue 31: a kernel cheated only at S >= 8192): the first drawn shape of every evaluation is long
+# with S from FIRST_LONG_S (above 8192; half of them from LONG_TOP, around 16384), and any other is long with
+# LONG_RATE, S then from LONG_S (half from LONG_TOP). A long shape has B = 1 and H = G in {1, 2}, so B*H*S*S stays
+# under MAX_LONG_SCORES (the reference's score matrices ~2 GiB, a trial a fraction of a second on the H200:
+# estimated, not measured); with H or HKV fixed the bound shrinks S instead, and with S fixed none is long.
 GROUPS = (1, 2, 4, 6, 8)
 MAX_S = 2500
 MAX_SCORES = 1 << 27
 LONG_RATE = 1 / 3
 LONG_S = (4097, 16399)
+FIRST_LONG_S = (8193, 16399)
 LONG_TOP = (16369, 16399)
 MAX_LONG_SCORES = 2 * LONG_S[1] ** 2
 
@@ -124,15 +126,17 @@ def _draw_s(rng, hi=MAX_S, lo=1):
             return s
 
 
-def _draw_long_s(rng):
-    return _draw_s(rng, *reversed(LONG_TOP)) if rng.random() < 0.5 else _draw_s(rng, LONG_TOP[0] - 1, LONG_S[0])
+def _draw_long_s(rng, lo=LONG_S[0]):
+    return _draw_s(rng, *reversed(LONG_TOP)) if rng.random() < 0.5 else _draw_s(rng, LONG_TOP[0] - 1, lo)
 
 
-def draw_shape(rng, shape, fixed):
-    """One shape from the contract's space; sizes in `fixed` keep shape's value (H or HKV: the group too)."""
-    long = "S" not in fixed and rng.random() < LONG_RATE
-    out = {"D": rng.choice(HEAD_DIMS), "B": 1 if long else rng.randint(1, 3), "S": _draw_long_s(rng) if long
-           else _draw_s(rng)}
+def draw_shape(rng, shape, fixed, long=None):
+    """One shape from the contract's space; sizes in `fixed` keep shape's value (H or HKV: the group too).
+    long=True: a long sequence (S from FIRST_LONG_S) unless S is fixed; None: long with LONG_RATE."""
+    first = long is True
+    long = "S" not in fixed and (first or rng.random() < LONG_RATE)
+    s = (_draw_long_s(rng, FIRST_LONG_S[0] if first else LONG_S[0]) if long else _draw_s(rng))
+    out = {"D": rng.choice(HEAD_DIMS), "B": 1 if long else rng.randint(1, 3), "S": s}
     if "H" in fixed or "HKV" in fixed:
         group = shape["H"] // shape["HKV"]
         hkv = shape["HKV"] if "HKV" in fixed else shape["H"] // group
@@ -414,5 +418,6 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         solution_variant=SolutionVariant(name.removesuffix("_causal"), {"CAUSAL": "True", "XL_CAUSAL": "1"})
         if causal else None,
         draw_shape=draw_shape,
+        draw_first=lambda rng, shape, fixed: draw_shape(rng, shape, fixed, long=True),
         check_shape=check_shape,
     )

@@ -62,9 +62,9 @@ def test_drawn_shapes_are_reproducible_for_a_seed_and_differ_across_seeds(task):
 
 @pytest.mark.parametrize("name", ATTENTION)
 def test_drawn_attention_shapes_reach_long_sequences_at_the_chosen_rate(name):
-    """Issue 31: a kernel cheated only at S >= 8192, which no drawn shape reached. A third of the drawn shapes are
-    long (S 4097..16399, B*H <= 2), half of those around 16384 (16369..16399); most evaluations (3 drawn shapes)
-    get one. Every one is a shape the contract allows."""
+    """Issue 31: a kernel cheated only at S >= 8192, which no drawn shape reached. Every evaluation's first drawn
+    shape is long with S > 8192, and a third of the others are long (S 4097..16399); half of the long ones are
+    around 16384 (16369..16399); B*H <= 2 for them all. Every one is a shape the contract allows."""
     from tasks._attention import LONG_RATE
 
     task = get_task(name)
@@ -72,12 +72,15 @@ def test_drawn_attention_shapes_reach_long_sequences_at_the_chosen_rate(name):
     drawn = [s for e in evals for s in e]
     for s in drawn:
         task.check_shape(s)
-    long = [s for s in drawn if s["S"] > 4096]
-    assert abs(len(long) / len(drawn) - LONG_RATE) < 0.05
-    assert 0.12 < sum(s["S"] >= 16369 for s in drawn) / len(drawn) < 0.22
+    assert all(e[0]["S"] > 8192 and e[0]["B"] * e[0]["H"] <= 2 for e in evals)
+    rest = [s for e in evals for s in e[1:]]
+    long = [s for s in rest if s["S"] > 4096]
+    assert abs(len(long) / len(rest) - LONG_RATE) < 0.05
+    assert 0.4 < sum(e[0]["S"] >= 16369 for e in evals) / len(evals) < 0.6
     assert max(s["S"] for s in drawn) > 16384 and all(s["S"] % 16 for s in long)
-    assert sum(any(s["S"] >= 8192 for s in e) for e in evals) / len(evals) > 0.5
     assert {s["D"] for s in long} == {64, 96, 128} and {s["H"] for s in long} == {1, 2}
+    # S fixed by the user: no long draw.
+    assert all(s["S"] == 1000 for s in task.draw_shapes(task.shape({"S": 1000}), random.Random(5), 4, fixed={"S"}))
     # The user's GQA variant fixed (H = 48): a long draw shrinks S to keep the reference's cost.
     fixed = [s for seed in range(40) for s in task.draw_shapes(task.shape({"HKV": 8}), random.Random(seed), 3,
                                                                 fixed={"HKV"})[1:]]

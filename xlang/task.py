@@ -182,6 +182,9 @@ class Task:
     # every k in fixed (and whatever variant those sizes define); see draw_shapes.
     draw_shape: Callable[[random.Random, dict, frozenset], dict]
     check_shape: Callable[[dict], None]  # raises ValueError with the rule that is broken
+    # The first drawn shape of every evaluation, where a task wants one of a kind each time (attention: a long
+    # sequence); same signature as draw_shape. None: every drawn shape from draw_shape.
+    draw_first: Callable[[random.Random, dict, frozenset], dict] | None = None
     required: dict[str, tuple[str, ...]] = field(default_factory=dict)  # generation -> families (else arch default)
     min_bytes: Callable[[dict], float] | None = None  # fewest bytes moved, for the roofline
     # What the prompt shows as "the PyTorch reference": these functions' source (default: reference itself),
@@ -250,7 +253,8 @@ class Task:
         for _ in range(50 * max(n, 1)):
             if len(out) > n:
                 break
-            drawn = self.draw_shape(rng, dict(shape), fixed)
+            first = len(out) == 1 and self.draw_first is not None
+            drawn = (self.draw_first if first else self.draw_shape)(rng, dict(shape), fixed)
             self.check_shape(drawn)
             if drawn not in out:
                 out.append(drawn)
