@@ -179,3 +179,21 @@ def test_jit_modules_are_copied_without_following_links(tmp_path):
     os.symlink(outside, other / ".triton")
     assert collect_jit_modules(other, ".triton", stage) == []
     assert collect_jit_modules(home, None, stage) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_on_the_gpu_an_honest_run_time_kernel_named_like_a_vendors_is_ok(tmp_path):
+    """The whole verdict on a Hopper GPU: gemm_honest_runtime_vendor_name.py's GPU kernel (cublas_like) is compiled by
+    its JIT at run time only; Nsight Compute's profile of it matches, instruction for instruction, a cubin the judge
+    copied out of that JIT's cache. Written 2026-12-01; never run (no GPU in that session)."""
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+
+    path = KERNELS / "hostile" / "gemm_honest_runtime_vendor_name.py"
+    v = evaluate(path, "triton", "gemm", "h100", None, EvalOptions(workdir=tmp_path / "eval", timing=False))
+    assert v.category == "ok", v.detail
+    decided = v.executed["provenance"]
+    assert [d["name"] for d in decided] == ["cublas_like"], decided
+    assert decided[0]["by"] == "code" and decided[0]["matched"] == "cublas_like"
+    assert "cublas_like" not in [k["name"] for k in v.build["kernels"]]  # its build never compiled it
+    assert list((tmp_path / "eval" / "ncu").glob("jit-modules-*/*.cubin"))

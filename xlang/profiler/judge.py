@@ -1077,8 +1077,8 @@ def run_tool_stage(ctx, progress) -> dict:
     finally:
         runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
         _collect_tool_output(runner, spec)
-    if spec["mode"] == "ncu":
-        out["jit_modules"] = collect_jit_modules(runner.home, spec.get("jit_cache"), Path(spec["stage_dir"]))
+        if spec["mode"] == "ncu":  # also when a trial failed: the profile is still read, and judged by its code
+            ctx["jit_modules"] = collect_jit_modules(runner.home, spec.get("jit_cache"), Path(spec["stage_dir"]))
     out["runner_exit"] = runner.proc.returncode
     out["runner_stdout"] = runner.out.text(1.0)[-20000:]
     out["runner_stderr"] = runner.err.text(1.0)[-20000:]
@@ -1190,6 +1190,8 @@ def _run(spec: dict, progress, ctx: dict) -> dict:
         result.update(status="runtime_error", detail=str(e))
     except RunnerGone as e:
         result.update(status="timeout" if e.timed_out else "runtime_error", detail=str(e))
+    if ctx.get("jit_modules"):
+        result["jit_modules"] = ctx["jit_modules"]
     progress("done")
     return result
 
