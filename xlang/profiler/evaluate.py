@@ -6,7 +6,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
   build     compile for the architecture with no GPU; Python languages run the candidate's code for it in a
             jail (compile_error)
   census    the required instruction families in the SASS: recorded (census_ok) and fed back, but it gates
-            nothing: every candidate that compiles is run, as PTXBench scores
+            nothing: every candidate that compiles is run, as PTXBench scores; MMAs that accumulate in fp16
+            where the contract says fp32 make it incorrect (decided in the declared order, with the rest)
   -- on a GPU of the architecture's compute capability only (else static_ok / missing_instructions, not run):
   check     the judge (xlang.profiler.judge, a trusted process) runs the candidate in its jail on shared
             buffers: correctness on shapes drawn for this evaluation with several value kinds; every kernel of
@@ -17,7 +18,9 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
   ncu       the candidate's process under Nsight Compute: the required families executed, their share of the
-            executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
+            executed math and their FLOPs against the task's (not_executed); kernels whose SASS is no module of
+            the candidate's toolchain, its build or its JIT cache (forbidden_call); fp16 accumulators executed
+            (incorrect)
 
 memcheck and ncu run beside the check's correctness trials; its timing waits at a gate until they have left
 the GPU (ncu's report is read while the timing runs: a failure found there still decides the verdict). The parent never imports torch and never touches the GPU itself.
