@@ -110,7 +110,8 @@ def test_fixed_sizes_are_kept_with_their_variant():
         assert drawn[0] == shape
         for s in drawn[1:]:
             assert (s["D"], s["HKV"], s["H"]) == (96, 8, 48)
-            assert s["B"] * s["H"] * s["S"] ** 2 <= 1 << 27
+            # a long draw with H fixed keeps the long shapes' bound by shrinking S (tasks/_attention.py)
+            assert s["B"] * s["H"] * s["S"] ** 2 <= 2 * 16399 ** 2
     # H fixed alone: H and the group stay, HKV follows.
     shape = attn.shape({"H": 16, "HKV": 4})
     for s in attn.draw_shapes(shape, random.Random(1), 5, fixed={"H"})[1:]:
