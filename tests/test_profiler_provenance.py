@@ -137,6 +137,18 @@ def test_targets_reuse_flags_spacing_and_relocations_are_evened_out():
         /*0030*/                   EXIT;                                   /* 0x000000000000794d */
     """)
     assert listing_text and ncu.sass_identity(profile, ncu.module_index([reused])) == "k"
+    # A call into a subroutine of the same function (the cuda_ptx attention expert's division slow path is one):
+    # absolute on the page, relative in the listing, or relative in both.
+    call = census.parse_listing("""
+        Function : c
+        /*0000*/                   CALL.REL.NOINC 0x20 ;                   /* 0x0000000000880947 */
+        /*0010*/                   EXIT ;                                  /* 0x000000000000794d */
+        /*0020*/                   RET.REL.NODEC R2 0x0 ;                  /* 0x000000000000794d */
+    """)
+    for target, ret in ((hex(base + 0x20), hex(base)), ("0x20", "0x0")):
+        page = ncu.KernelProfile("c", [_line(base, f"CALL.REL.NOINC {target}"), _line(base + 0x10, "EXIT"),
+                                       _line(base + 0x20, f"RET.REL.NODEC R2 {ret}")])
+        assert ncu.sass_identity(page, ncu.module_index([call])) == "c"
     assert ncu.sass_identity(ncu.KernelProfile("k", []), index) is None  # no listing: no evidence either way
 
 
