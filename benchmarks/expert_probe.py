@@ -60,12 +60,11 @@ def probe(task, entry, shape, kind, seed, vendor):
     entry(*arguments(task, shape, {**inputs, **outputs}))
     torch.cuda.synchronize()
     ref = task.reference({k: v.clone() for k, v in inputs.items()}, shape)
-    atol, rtol = task.tolerance["atol"], task.tolerance["rtol"]
     print(f"-- shape {shape} kind {kind} seed {seed}")
-    ok = all([check(name, got, ref[name], atol, rtol, maps=True) for name, got in outputs.items()])
+    ok = all([check(name, got, ref[name], *task.tolerance_for(name, kind), maps=True) for name, got in outputs.items()])
     if vendor:
         for name, got in vendor_outputs(task, inputs, shape, list(outputs)).items():
-            check(f"vendor {name}", got, ref[name], atol, rtol)
+            check(f"vendor {name}", got, ref[name], *task.tolerance_for(name, kind))
     return ok
 
 

@@ -20,6 +20,14 @@ TOLERANCE = {"atol": 1e-2, "rtol": 1e-2}
 # early query rows see few keys, so their gradients are large and their bf16 rounding of dS and O counts most.
 # The non-causal backward's worst error there is 0.0027: it keeps 1e-2.
 CAUSAL_BACKWARD_TOLERANCE = {"atol": 2e-2, "rtol": 2e-2}
+# LSE is a log: a relative 1e-2 on a value of ~9.5 (S = 8192) let an LSE ~10% off in its normaliser pass (0.095
+# absolute). It is checked absolutely, with a small relative part for large scores. The honest error, measured with
+# a CPU emulation of an fp32 online-softmax kernel (its own summation order of Q K^T, key blocks of 128, LSE = m +
+# log l) against the fp32 reference, every forward kind, S 333..16383, D 64/96/128, causal or not
+# (`python3 benchmarks/attn_precision.py --rows 64 --seeds 1`, 2026-12-01): at most 9.5e-7 where |LSE| <= 11, at
+# most 3.8e-5 where |LSE| ~ 120-212 (large, peaked). The tolerance is then 1e-3 + 1e-5 |LSE|: over 1000x the
+# former, ~60x the latter; an LSE 0.1% off in its normaliser (1e-3) already fails. Never measured on a GPU kernel.
+LSE_TOLERANCE = {"atol": 1e-3, "rtol": 1e-5}
 
 _Q = TensorArg("Q", "in", "bf16", ("B", "H", "S", "D"))
 _K = TensorArg("K", "in", "bf16", ("B", "HKV", "S", "D"))
@@ -31,13 +39,17 @@ _SHAPE_RULES = (
     "Every shape with B, S >= 1 (any S, tails included), D in {64, 96, 128} and H a positive multiple of HKV\n"
     "(GQA: query head h reads key/value head h // (H // HKV)) must work: besides the default shape, each\n"
     "evaluation checks other shapes drawn at random from that whole space (other S, B, head dims and GQA\n"
-    "groups). All tensors are contiguous and 16-byte aligned.\n"
+    "groups; long sequences too, S up to 16399). All tensors are contiguous and 16-byte aligned.\n"
 )
 _FORWARD_VALUES = (
     "Inputs are not only N(0, 1): trials also use large scores (far above 88, where exp overflows fp32 unless\n"
-    "the row max is subtracted), one dominant key per row, and near-uniform rows over V with large means."
+    "the row max is subtracted), one dominant key per row, near-uniform rows over V with large means, and V\n"
+    "values beyond fp16's range (|V| above 65504: P@V must accumulate in fp32, as the contract says)."
 )
-_BACKWARD_VALUES = "Inputs are not only N(0, 1): trials also use near-uniform rows (long fp32 sums)."
+_BACKWARD_VALUES = (
+    "Inputs are not only N(0, 1): trials also use near-uniform rows (long fp32 sums), and Q, V scaled up and K\n"
+    "down by powers of two (the same scores; dP = dO V^T and dK beyond fp16's range: accumulate in fp32)."
+)
 
 
 def _math(causal: bool) -> str:
@@ -89,33 +101,57 @@ def check_shape(shape):
 # tiles); B*H*S*S bounded so the fp32 reference stays cheap (B, then S, shrink). Sizes the caller fixed keep
 # their value, and fixing H or HKV keeps the group: `--shape D=96,HKV=8` (H=48) draws shapes with D=96, HKV=8,
 # H=48, so the GQA variant asked for is the one checked.
+# Long sequences (issue 31: a kernel cheated only at S >= 8192): the first drawn shape of every evaluation is long
+# with S from FIRST_LONG_S (above 8192; half of them from LONG_TOP, around 16384), and any other is long with
+# LONG_RATE, S then from LONG_S (half from LONG_TOP). A long shape has B = 1 and H = G in {1, 2}, so B*H*S*S stays
+# under MAX_LONG_SCORES (the reference's score matrices ~2 GiB, a trial a fraction of a second on the H200:
+# estimated, not measured); with H or HKV fixed the bound shrinks S instead, and with S fixed none is long.
 GROUPS = (1, 2, 4, 6, 8)
 MAX_S = 2500
 MAX_SCORES = 1 << 27
+LONG_RATE = 1 / 3
+LONG_S = (4097, 16399)
+FIRST_LONG_S = (8193, 16399)
+LONG_TOP = (16369, 16399)
+MAX_LONG_SCORES = 2 * LONG_S[1] ** 2
 
 
-def _draw_s(rng, hi=MAX_S):
+def _draw_s(rng, hi=MAX_S, lo=1):
     while True:
-        s = rng.randint(1, min(hi, 200)) if hi <= 200 or rng.random() < 0.25 else rng.randint(201, hi)
+        if lo > 1:
+            s = rng.randint(lo, hi)
+        else:
+            s = rng.randint(1, min(hi, 200)) if hi <= 200 or rng.random() < 0.25 else rng.randint(201, hi)
         if s % 16 or s < 16:
             return s
 
 
-def draw_shape(rng, shape, fixed):
-    """One shape from the contract's space; sizes in `fixed` keep shape's value (H or HKV: the group too)."""
-    out = {"D": rng.choice(HEAD_DIMS), "B": rng.randint(1, 3), "S": _draw_s(rng)}
+def _draw_long_s(rng, lo=LONG_S[0]):
+    return _draw_s(rng, *reversed(LONG_TOP)) if rng.random() < 0.5 else _draw_s(rng, LONG_TOP[0] - 1, lo)
+
+
+def draw_shape(rng, shape, fixed, long=None):
+    """One shape from the contract's space; sizes in `fixed` keep shape's value (H or HKV: the group too).
+    long=True: a long sequence (S from FIRST_LONG_S) unless S is fixed; None: long with LONG_RATE."""
+    first = long is True
+    long = "S" not in fixed and (first or rng.random() < LONG_RATE)
+    s = (_draw_long_s(rng, FIRST_LONG_S[0] if first else LONG_S[0]) if long else _draw_s(rng))
+    out = {"D": rng.choice(HEAD_DIMS), "B": 1 if long else rng.randint(1, 3), "S": s}
     if "H" in fixed or "HKV" in fixed:
         group = shape["H"] // shape["HKV"]
         hkv = shape["HKV"] if "HKV" in fixed else shape["H"] // group
+    elif long:
+        group, hkv = rng.choice((1, 2)), 1
     else:
         group, hkv = rng.choice(GROUPS), rng.randint(1, 3)
     out.update(H=hkv * group, HKV=hkv)
     out.update({k: shape[k] for k in fixed})
+    bound = MAX_LONG_SCORES if long else MAX_SCORES
     if "B" not in fixed:
-        while out["B"] > 1 and out["B"] * out["H"] * out["S"] ** 2 > MAX_SCORES:
+        while out["B"] > 1 and out["B"] * out["H"] * out["S"] ** 2 > bound:
             out["B"] -= 1
-    if "S" not in fixed and out["B"] * out["H"] * out["S"] ** 2 > MAX_SCORES:
-        out["S"] = _draw_s(rng, max(1, int((MAX_SCORES / (out["B"] * out["H"])) ** 0.5)))
+    if "S" not in fixed and out["B"] * out["H"] * out["S"] ** 2 > bound:
+        out["S"] = _draw_s(rng, max(1, int((bound / (out["B"] * out["H"])) ** 0.5)))
     return {k: out[k] for k in ("B", "H", "HKV", "S", "D")}
 
 
@@ -203,11 +239,18 @@ def backward_reference(dO, Q, K, V, shape, causal):
 # Inputs: bf16 values the contract allows, in several distributions (the judge cycles through INPUT_KINDS
 # across trials). dO is N(0, 1) for every kind.
 
-INPUT_KINDS = ("normal", "large", "peaked", "flat")
+INPUT_KINDS = ("normal", "large", "peaked", "flat", "large_v")
 # The backward recomputes P from the given LSE, so large or peaked scores cannot overflow it; what they do is
 # amplify the bf16 rounding of dS and of the given O (which the contract allows) past the tolerance, in dQ/dK
-# (measured with an FA2-style emulation). Its trials use near-uniform rows besides N(0, 1).
-BACKWARD_INPUT_KINDS = ("normal", "flat")
+# (measured with an FA2-style emulation). Its trials use near-uniform rows besides N(0, 1), and "scaled": the
+# normal kind with Q and V multiplied and K divided by powers of two. Scores are the same, every gradient scales
+# by a power of two (dV not at all), so an honest kernel's relative errors are the normal kind's; what it adds is
+# range: dP = dO V^T and dK exceed 65504, so an fp16 accumulator overflows. Offsets in V cannot be used there (they
+# cancel in dP - rowsum(dO * O) and leave the bf16 rounding of the given O dominant), nor larger scores.
+BACKWARD_INPUT_KINDS = ("normal", "flat", "scaled")
+# Powers of two (exact in bf16) for "large_v" and "scaled": 2^16 is past fp16's largest finite value (65504).
+FP16_BEYOND = 2.0 ** 16
+SCALED_Q, SCALED_K, SCALED_V = 2.0 ** 4, 2.0 ** -4, 2.0 ** 13
 
 
 def _randn(shape_tuple, g, device):
@@ -227,6 +270,11 @@ def forward_inputs(shape, seed, device, kind="normal", causal=False, backward=Fa
         per-channel offset (|offset| 1..3) so that mean is large and a bf16 row sum or output accumulator
         drifts (the backward keeps V ~ N(0, 1): an offset cancels in dP - rowsum(dO * O) and leaves the bf16
         rounding of O dominant).
+    large_v (forward): Q, K normal; V as in flat times 2^16, so |V| ~ 65536..300000: the running P@V
+        accumulator, whose largest term is the row's top key with weight exp(0) = 1, passes fp16's 65504 on every
+        row (Inf), while an fp32 accumulator and the bf16 output hold it with the flat kind's relative error.
+    scaled (backward): Q * 2^4, K * 2^-4 (scores unchanged), V * 2^13: |dP| = |dO V^T| ~ 2^13 sqrt(D) and dK
+        ~ 2^17 x the normal kind's, beyond fp16; every relative error an honest kernel makes is the normal kind's.
     """
     import torch
 
@@ -256,8 +304,15 @@ def forward_inputs(shape, seed, device, kind="normal", causal=False, backward=Fa
         q = 0.02 * q
         if not backward:
             v = sign * offset + 0.5 * v
+    elif kind == "large_v" and not backward:
+        offset = torch.rand(B, HKV, 1, D, generator=g, device=device) * 2 + 1
+        sign = torch.randint(0, 2, (B, HKV, 1, D), generator=g, device=device) * 2 - 1
+        v = FP16_BEYOND * (sign * offset + 0.5 * v)
+    elif kind == "scaled" and backward:
+        q, k, v = q * SCALED_Q, k * SCALED_K, v * SCALED_V
     elif kind != "normal":
-        raise ValueError(f"attention has no input kind '{kind}' (its kinds: {', '.join(INPUT_KINDS)})")
+        kinds = BACKWARD_INPUT_KINDS if backward else INPUT_KINDS
+        raise ValueError(f"attention has no input kind '{kind}' (its kinds: {', '.join(kinds)})")
     return {"Q": q.to(torch.bfloat16), "K": k.to(torch.bfloat16), "V": v.to(torch.bfloat16)}
 
 
@@ -342,6 +397,9 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         contract=backward_contract(causal) if backward else forward_contract(causal),
         default_shape=dict(DEFAULT_SHAPE),
         tolerance=dict(CAUSAL_BACKWARD_TOLERANCE if backward and causal else TOLERANCE),
+        output_tolerance={} if backward else {"LSE": dict(LSE_TOLERANCE)},
+        kind_output_scale={"scaled": {"dQ": SCALED_V * SCALED_K, "dK": SCALED_V * SCALED_Q}} if backward
+        else {"large_v": {"O": FP16_BEYOND}},
         flops=backward_flops(causal) if backward else forward_flops(causal),
         make_inputs=(lambda shape, seed, device, kind="normal": backward_inputs(shape, seed, device, causal, kind))
         if backward else (lambda shape, seed, device, kind="normal": forward_inputs(shape, seed, device, kind, causal)),
@@ -360,6 +418,7 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         solution_variant=SolutionVariant(name.removesuffix("_causal"), {"CAUSAL": "True", "XL_CAUSAL": "1"})
         if causal else None,
         draw_shape=draw_shape,
+        draw_first=lambda rng, shape, fixed: draw_shape(rng, shape, fixed, long=True),
         check_shape=check_shape,
         # The backward experts recompute: Triton's FA2 split does 1.40-1.44x the task's FLOPs on wgmma, 1.87x at
         # D=96 (padded to 128), at >= 99.0% share (reports/h200-reference, harness 4). A 2.5x cap keeps 1.3x margin

@@ -23,7 +23,7 @@ LANGS = {"triton": ".py", "cuda_ptx": ".cu", "cutedsl": ".py"}
 TASKS = {"gemm", "attn_fwd"}
 CLASSES = {"vendor_fallback", "correctness", "instructions_executed", "memory_safety", "timing",
            "harness_tampering", "profiler_evasion", "robustness", "persistence", "secrets", "language_attribution",
-           "host_compute"}
+           "host_compute", "false_accusation"}  # false_accusation: honest candidates a judge must not blame (#31.8)
 KEYS = {"file", "lang", "task", "class", "expect", "expect_any", "expect_speedup_max", "expect_no_secret",
         "expect_next_ok", "next_probe", "expect_next_probe", "expect_files_unchanged", "expect_no_survivor",
         "expect_verdict_written", "expect_max_seconds", "expect_log_max_bytes", "requires", "why"}

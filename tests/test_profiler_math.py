@@ -299,42 +299,7 @@ def test_summary_keys_are_json():
     assert s["kernels"][0]["math"] == {"tensor_core": pytest.approx(TASK), "other": 0.0}
 
 
-def test_a_vendor_named_kernel_the_build_did_not_compile_stays_forbidden():
-    """dead_branch.py compiles gemm_fma only on the GPU (its static build saw gemm_tc). Nsight Compute gives names
-    only, and under the profiler a kernel of that name could be a vendor's (a candidate can tell it is profiled),
-    so it is forbidden_call even though the candidate's own JIT made a gemm_fma when observed."""
-    from xlang.profiler.evaluate import ncu_judgement
-    from xlang.task import get_task
-
-    label = "triton-dead_branch"
-    profiles = ncu.merge(ncu.parse_source_page(_text(f"{label}.ncu_source.csv.gz")),
-                         ncu.parse_details_page(_text(f"{label}.ncu_details.csv.gz")))
-    spec = {"build_kernels": META[label]["build_kernels"],
-            "ncu_trials": [[{"M": 2048, "N": 2048, "K": 1024}, "normal", 1]]}
-    info, judged = ncu_judgement({}, profiles, spec, H200, ("wgmma", "tma"), get_task("gemm"))
-    assert judged[0] == "forbidden_call" and "gemm_fma" in judged[1] and "did not compile" in judged[1]
-    assert [k["name"] for k in info["forbidden_kernels"]] == ["gemm_fma"]
-
-
-def test_sass_identity_binds_a_profiled_kernel_to_the_build():
-    """The H200 profile of the Triton GEMM lists, instruction for instruction, what a CPU build of the same source
-    at the same shape compiled (its census); a different kernel profiled under that name does not."""
-    import dataclasses
-
-    from xlang.backend import build_candidate
-    from xlang.profiler.evaluate import _build_opcodes
-    from xlang.task import get_task
-
-    root = FIX.parent.parent / "kernels"
-    build = build_candidate((root / "triton" / "gemm_tma.py").read_text(), "triton", get_task("gemm"),
-                            get_arch("h100"), {"M": 8192, "N": 7168, "K": 5120}, cache=False)
-    built = _build_opcodes(build)
-    ours = ncu.parse_source_page(_text("triton-gemm_tma.ncu_source.csv.gz"))[0]
-    assert ncu.sass_identity(ours, built) is True
-    other = ncu.parse_source_page(_text("cuda_ptx-gemm_tile_hopper.ncu_source.csv.gz"))[0]
-    impostor = dataclasses.replace(other, name=ours.name)  # another kernel's code under the build's name
-    assert ncu.sass_identity(impostor, built) is False
-    assert ncu.sass_identity(other, built) is None  # a name the build does not have: no evidence either way
+# Which profiled kernels are the candidate's (by their code, not their name): tests/test_profiler_provenance.py.
 
 
 def test_fixture_source_page_printing_a_kernel_twice_counts_each_launch_once():

@@ -17,6 +17,7 @@ class Family:
     doc: str
     ptx: re.Pattern
     sass: re.Pattern
+    narrow_accumulate: re.Pattern | None = None  # its MMAs that accumulate in fp16 (full SASS opcode), if visible
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ _FIGURE_KEYS = (
 def _registry() -> tuple[dict[str, Family], dict[str, Arch]]:
     data = tomllib.loads((Path(__file__).parent / "archs.toml").read_text())
     families = {
-        name: Family(name, f["doc"], re.compile(f["ptx"]), re.compile(f["sass"]))
+        name: Family(name, f["doc"], re.compile(f["ptx"]), re.compile(f["sass"]),
+                     re.compile(f["narrow_accumulate"]) if f.get("narrow_accumulate") else None)
         for name, f in data["families"].items()
     }
     archs = {}

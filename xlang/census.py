@@ -52,6 +52,43 @@ def _disassemble(path: str, _mtime_ns: int, _size: int) -> dict[str, Counter]:
     return parse_sass(proc.stdout)
 
 
+# The whole instruction of a listing line, without its encoding comment: "@!P0 HGMMA.64x128x16.F32.BF16 R24, ..."
+_LISTED = re.compile(r"^\s*/\*([0-9a-fA-F]+)\*/\s+(.*?)\s*(?:/\*\s*0x[0-9a-fA-F]+\s*\*/)?\s*$")
+
+
+def parse_listing(text: str) -> dict[str, list[list[tuple[int, str]]]]:
+    """cuobjdump -sass output -> {function name: [its instructions, (offset in the function, text)]}, one list per
+    time the name appears (a shared object can embed several cubins with a function of the same name)."""
+    functions: dict[str, list[list[tuple[int, str]]]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNCTION.match(line)
+        if m:
+            current = []
+            functions.setdefault(m.group(1), []).append(current)
+            continue
+        m = _LISTED.match(line)
+        if m and current is not None and _INSTRUCTION.match(line):
+            current.append((int(m.group(1), 16), m.group(2)))
+    return functions
+
+
+def listing(binary: Path) -> dict[str, list[list[tuple[int, str]]]]:
+    """The SASS of every function of a cubin (or of every cubin embedded in an ELF/.so/fatbin), instruction by
+    instruction: what Nsight Compute's source page is compared with (xlang.profiler.ncu.same_code)."""
+    stat = Path(binary).stat()
+    return _listing(str(binary), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _listing(path: str, _mtime_ns: int, _size: int) -> dict[str, list[list[tuple[int, str]]]]:
+    tool = require_tool("cuobjdump")
+    proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
+    return parse_listing(proc.stdout)
+
+
 def classify(opcodes: Counter, family_names) -> dict[str, int]:
     """Opcode counts -> instruction count per family (an opcode may belong to one family at most)."""
     fams = archs_mod.families()
@@ -62,6 +99,13 @@ def classify(opcodes: Counter, family_names) -> dict[str, int]:
                 counts[name] += n
                 break
     return counts
+
+
+def narrow_accumulators(opcodes: Counter, family_names) -> dict[str, int]:
+    """Full opcode -> count of the MMAs that accumulate in fp16 (archs.toml `narrow_accumulate` of their family)."""
+    fams = archs_mod.families()
+    rules = [fams[n].narrow_accumulate for n in family_names if fams[n].narrow_accumulate is not None]
+    return {op: n for op, n in opcodes.items() if any(r.search(op) for r in rules)}
 
 
 def ptx_evidence(ptx_texts, family_names) -> dict[str, int]:
@@ -75,6 +119,7 @@ class KernelCensus:
     families: dict[str, int]
     opcodes: dict[str, int]  # base opcode (before the first '.') -> count, for the instruction mix
     instructions: int
+    narrow_accumulate: dict[str, int] = field(default_factory=dict)  # fp16-accumulating MMAs: full opcode -> count
 
 
 @dataclass
@@ -90,6 +135,12 @@ class Census:
     @property
     def ok(self) -> bool:
         return not self.missing
+
+    @property
+    def narrow_accumulate(self) -> list[dict]:
+        """[{kernel, opcode, count}] of MMAs that accumulate in fp16, in every kernel (empty: none seen)."""
+        return [{"kernel": k.name, "opcode": op, "count": n} for k in self.kernels
+                for op, n in sorted(k.narrow_accumulate.items())]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -108,7 +159,8 @@ def take_census(binaries, ptx_texts, arch, required) -> Census:
             base = Counter()
             for op, n in opcodes.items():
                 base[op.split(".")[0]] += n
-            kernels.append(KernelCensus(fn, classify(opcodes, names), dict(base), sum(opcodes.values())))
+            kernels.append(KernelCensus(fn, classify(opcodes, names), dict(base), sum(opcodes.values()),
+                                        narrow_accumulators(opcodes, names)))
     totals = {n: sum(k.families[n] for k in kernels) for n in names}
     present = [f for f in required if totals.get(f, 0) > 0]
     return Census(

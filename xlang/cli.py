@@ -46,6 +46,7 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
     rows = [{"task": t.name, "what": t.title,
              "entry_point": t.contract.python_signature().removeprefix("def ").removesuffix(" -> None"),
              "default_shape": dict(t.default_shape), "atol": t.tolerance["atol"], "rtol": t.tolerance["rtol"],
+             "output_tolerance": {k: dict(v) for k, v in t.output_tolerance.items()},
              "baseline": t.baseline_name,
              "peers": [{"name": p.name, "display": p.display, "packages": list(p.distributions),
                         "installed": p.missing() is None} for p in t.peers]} for t in all_tasks()]
@@ -59,7 +60,9 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
         table.add_column(col)
     for r in rows:
         table.add_row(r["task"], r["what"], _spaced(format_shape(r["default_shape"])),
-                      f"atol={r['atol']} rtol={r['rtol']}", r["baseline"])
+                      f"atol={r['atol']} rtol={r['rtol']}" + "".join(
+                          f"; {k}: atol={v['atol']} rtol={v['rtol']}" for k, v in r["output_tolerance"].items()),
+                      r["baseline"])
     console.print(keep_words(table, console))
     entries = Table(title="entry points (inputs, outputs, then sizes)")
     entries.add_column("task", no_wrap=True)

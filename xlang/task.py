@@ -182,6 +182,9 @@ class Task:
     # every k in fixed (and whatever variant those sizes define); see draw_shapes.
     draw_shape: Callable[[random.Random, dict, frozenset], dict]
     check_shape: Callable[[dict], None]  # raises ValueError with the rule that is broken
+    # The first drawn shape of every evaluation, where a task wants one of a kind each time (attention: a long
+    # sequence); same signature as draw_shape. None: every drawn shape from draw_shape.
+    draw_first: Callable[[random.Random, dict, frozenset], dict] | None = None
     required: dict[str, tuple[str, ...]] = field(default_factory=dict)  # generation -> families (else arch default)
     min_bytes: Callable[[dict], float] | None = None  # fewest bytes moved, for the roofline
     # What the prompt shows as "the PyTorch reference": these functions' source (default: reference itself),
@@ -195,6 +198,9 @@ class Task:
     # "Instructions executed" means the work (Nsight Compute, executed SASS): the required tensor-core family's
     # share of the candidate's math, and its FLOPs against the task's (xlang.profiler.ncu.work_check). Share and
     # cap together leave other math (FFMA, mma.sync) at most cap * (1 - share) / share of the task: 0.5x here.
+    # The accumulator precision the contract asks for: with "fp32", MMAs that accumulate in fp16 (archs.toml
+    # narrow_accumulate: in the SASS, or executed under Nsight Compute) make the candidate incorrect.
+    accumulator: str = "fp32"
     min_tc_share: float = 0.8
     tc_flops_ratio: tuple[float, float] = (0.5, 2.0)
     # "Correct" means the GPU computed it: the candidate's own kernels must execute at least this multiple of the
@@ -202,6 +208,17 @@ class Task:
     min_gpu_flops_ratio: float = 0.5
     # Public kernels timed beside the vendor baseline when their packages are installed (xlang.profiler.judge).
     peers: tuple[Peer, ...] = ()
+    # An output that needs a tolerance of its own ({"LSE": {"atol": ..., "rtol": ...}}): `tolerance` is the rest's.
+    output_tolerance: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Input kinds that are another kind with inputs scaled by powers of two (exact in floating point), so an honest
+    # kernel's outputs are that kind's scaled exactly: {kind: {output: factor}} scales the output's atol with it, and
+    # the kind checks range (an fp16 accumulator overflows) and nothing else.
+    kind_output_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def tolerance_for(self, output: str, kind: str = "normal") -> tuple[float, float]:
+        """(atol, rtol) of one output in a trial of input kind `kind`, applied per element as torch.allclose does."""
+        tol = {**self.tolerance, **self.output_tolerance.get(output, {})}
+        return tol["atol"] * self.kind_output_scale.get(kind, {}).get(output, 1.0), tol["rtol"]
 
     def peer(self, name: str) -> Peer:
         for p in self.peers:
@@ -240,7 +257,8 @@ class Task:
         for _ in range(50 * max(n, 1)):
             if len(out) > n:
                 break
-            drawn = self.draw_shape(rng, dict(shape), fixed)
+            first = len(out) == 1 and self.draw_first is not None
+            drawn = (self.draw_first if first else self.draw_shape)(rng, dict(shape), fixed)
             self.check_shape(drawn)
             if drawn not in out:
                 out.append(drawn)

@@ -83,7 +83,9 @@ def task_section(task, shape: dict) -> str:
         "random for each evaluation from everything the contract allows (tails included), with inputs of "
         "several value distributions (not only N(0, 1)).",
         f"- Tolerance per element (as torch.allclose against the fp32 reference): atol={task.tolerance['atol']}, "
-        f"rtol={task.tolerance['rtol']}.",
+        f"rtol={task.tolerance['rtol']}"
+        + "".join(f"; {name}: atol={t['atol']}, rtol={t['rtol']}" for name, t in task.output_tolerance.items())
+        + (" (for inputs scaled by powers of two, atol scales with the outputs)." if task.kind_output_scale else "."),
         f"- Baseline: {task.baseline_name}; work at the default shape: {task.flops(shape) / 1e9:.1f} GFLOP.",
     ]
     return "\n".join(lines)

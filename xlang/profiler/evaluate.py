@@ -6,7 +6,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
   build     compile for the architecture with no GPU; Python languages run the candidate's code for it in a
             jail (compile_error)
   census    the required instruction families in the SASS: recorded (census_ok) and fed back, but it gates
-            nothing: every candidate that compiles is run, as PTXBench scores
+            nothing: every candidate that compiles is run, as PTXBench scores; MMAs that accumulate in fp16
+            where the contract says fp32 make it incorrect (decided in the declared order, with the rest)
   -- on a GPU of the architecture's compute capability only (else static_ok / missing_instructions, not run):
   check     the judge (xlang.profiler.judge, a trusted process) runs the candidate in its jail on shared
             buffers: correctness on shapes drawn for this evaluation with several value kinds; every kernel of
@@ -16,9 +17,10 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
             (runtime_error, timeout, incorrect, memory_error, forbidden_call)
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
-  ncu       the candidate's process under Nsight Compute: its own kernels' FLOPs against the task's (the GPU
-            computed the answer, else host_compute); the required families executed, their share of the
-            executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
+  ncu       the candidate's process under Nsight Compute: kernels whose SASS is no module of the candidate's
+            toolchain, its build or its JIT cache (forbidden_call); fp16 accumulators executed (incorrect); its own
+            kernels' FLOPs against the task's (the GPU computed the answer, else host_compute); the required
+            families executed, their share of the executed math and their FLOPs against the task's (not_executed)
 
 memcheck and ncu run beside the check's correctness trials; its timing waits at a gate until they have left
 the GPU (ncu's report is read while the timing runs: a failure found there still decides the verdict). The parent never imports torch and never touches the GPU itself.
@@ -61,13 +63,13 @@ class Stage:
 STAGES = (
     Stage("screen", (V.NO_CODE, V.FORBIDDEN_CALL), "a static screen of the source", False),
     Stage("build", (V.COMPILE_ERROR,), "the language's compiler for the target (Python languages: jailed)", False),
-    Stage("census", (V.MISSING_INSTRUCTIONS,), "cuobjdump -sass of every kernel: the required families present",
-          False),
+    Stage("census", (V.INCORRECT, V.MISSING_INSTRUCTIONS), "cuobjdump -sass of every kernel: the required families "
+          "present; MMAs accumulating in fp16 where the contract says fp32 (incorrect)", False),
     Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
           "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
     Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
-    Stage("ncu", (V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute",
-          True),
+    Stage("ncu", (V.INCORRECT, V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR),
+          "Nsight Compute", True),
 )
 
 
@@ -322,7 +324,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    return ncu_judgement(info, profiles, spec, arch, required, task)
+    return ncu_judgement(info, profiles, spec, arch, required, task,
+                         jit_modules=(run.result or {}).get("jit_modules") or [])
 
 
 def _ncu_saw_no_kernel(tool_output: str) -> bool:
@@ -333,37 +336,38 @@ def _ncu_saw_no_kernel(tool_output: str) -> bool:
     return "No kernels were profiled" in tool_output and "==ERROR==" not in tool_output
 
 
-def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
-    """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's
-    doing (the runner launches nothing of its own): all of them count in the math, except vendor kernels,
-    which are forbidden. Nsight Compute has names only: a name keeps a vendor-looking kernel out of the math,
-    but never a kernel the candidate's build compiled ('gemm_persistent'). A vendor-looking kernel the build did
-    not compile stays forbidden even when the candidate's own JIT made one of that name at run time: under the
-    profiler the same name could be the vendor's kernel (a candidate can tell it is profiled), and names are
-    all Nsight Compute gives. _same_kernels then ties this call to an observed one."""
-    built = [n for n in spec.get("build_kernels", []) if n]
-    names = sorted({p.name for p in profiles
-                    if ncu_mod.is_candidate_kernel(p.name, built) or not ncu_mod.forbidden_reason(p.name)})
+def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_modules=()):
+    """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's doing
+    (the runner launches nothing of its own). Whose code each kernel is, is decided by its code, not its name
+    (ncu_provenance): a kernel whose SASS is, instruction for instruction, a function of a module the candidate's
+    own toolchain produced in this evaluation (its build; the cubins its JIT wrote into its private cache during
+    this stage) is the candidate's whatever its name ('gemm_kernel', 'cublas_like'); any other kernel is forbidden
+    whatever its name, but for torch's utility kernels (fill, copy, elementwise: counted in the math, as the
+    candidate's call launched them) and, for a JIT that keeps its code in memory (CuTe DSL: no module on disk for
+    a specialisation its build did not make), a kernel under a name its build compiled. _same_kernels then ties
+    this call to an observed one."""
+    decided, forbidden = ncu_provenance(profiles, spec, jit_modules)
+    names = sorted({d["name"] for d in decided if d["by"] != "forbidden"})
     shape = spec["ncu_trials"][-1][0]
     summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
-    info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary}
-    # Evidence, not yet a failure: is each own kernel the build's code, instruction for instruction? (False for
-    # a vendor kernel profiled under a name the build also has; also for an honest Triton kernel specialised
-    # differently at run time, which is why it does not decide yet: to be measured on the experts first.)
-    identity: dict[str, list] = {}
-    for p in profiles:
-        if p.name in names:
-            identity.setdefault(p.name, []).append(ncu_mod.sass_identity(p, spec.get("build_opcodes") or {}))
-    # every launch under a name must be the build's code (an impostor first and the real kernel after is False)
-    info["sass_identity"] = {k: all(v for v in vs if v is not None) for k, vs in identity.items()
-                             if any(v is not None for v in vs)}
-    if summary["forbidden_kernels"]:
-        k = summary["forbidden_kernels"][0]
-        return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(summary['forbidden_kernels'])} "
-                                        f"kernel(s) named like a vendor's or torch's compute kernel that its build "
-                                        f"did not compile, e.g. {k['name'][:120]} ({k['why']}); Nsight Compute knows "
-                                        "kernels by name only, so such a kernel counts as the vendor's (a kernel of "
-                                        "your own must be one the build compiles, or be named unlike a library's)")
+    info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary, "provenance": decided}
+    # every launch under a name must be the candidate's code (an impostor first and the real kernel after is False)
+    identity: dict[str, bool] = {}
+    for d in decided:
+        if d["by"] in ("code", "forbidden"):
+            identity[d["name"]] = identity.get(d["name"], True) and d["by"] == "code"
+    info["sass_identity"] = identity
+    if forbidden:
+        d = forbidden[0]
+        return info, (V.FORBIDDEN_CALL, f"at run time the candidate's call launched {len(forbidden)} kernel(s) that "
+                                        f"are not its own code, e.g. {d['name'][:120]}: {d['why']}")
+    if getattr(task, "accumulator", "fp32") == "fp32":
+        from xlang.archs import families
+
+        executed = executed_narrow_accumulate(profiles, set(names), {f: families()[f] for f in arch.families})
+        info["narrow_accumulate"] = executed
+        if executed:
+            return info, (V.INCORRECT, narrow_accumulate_detail(executed, "Nsight Compute, executed"))
     # The GPU computed the answer (issue 40): before the families, since a token kernel also misses them.
     info["gpu_compute"] = ncu_mod.gpu_compute_check(summary, task.min_gpu_flops_ratio)
     info["share_rule"] = {"min_share": task.min_tc_share, "ratio": list(task.tc_flops_ratio),
@@ -383,12 +387,87 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task):
     return info, None
 
 
-def _build_opcodes(build) -> dict[str, list[dict]]:
-    """Kernel name -> the SASS opcode counts of each cubin the build compiled under that name (its census)."""
-    out: dict[str, list[dict]] = {}
-    for k in getattr(build.census, "kernels", None) or []:
-        out.setdefault(k.name, []).append(dict(k.opcodes))
-    return out
+def narrow_accumulate_detail(found: list[dict], where: str) -> str:
+    """The verdict's words for MMAs that accumulate in fp16 ([{kernel, opcode, count or threads}])."""
+    ops = sorted({f["opcode"] for f in found})
+    kernels = sorted({f["kernel"] for f in found})
+    return (f"{where}: {', '.join(ops[:3])} in {len(kernels)} kernel(s) (e.g. {kernels[0][:100]}) accumulate in "
+            "fp16, where the contract says accumulate in fp32 (fp16 holds 65504 at most and 11 significant bits): a "
+            "contract violation, incorrect whatever the trials show")
+
+
+def executed_narrow_accumulate(profiles, own_names, families) -> list[dict]:
+    """The fp16-accumulating MMAs (archs.toml narrow_accumulate) that the candidate's own kernels executed."""
+    rules = [f.narrow_accumulate for f in families.values() if getattr(f, "narrow_accumulate", None) is not None]
+    found: dict = {}
+    for p in profiles:
+        if p.name not in own_names:
+            continue
+        for ln in p.lines:
+            if ln.threads > 0 and any(r.search(ln.opcode) for r in rules):
+                key = (p.name, ln.opcode)
+                found[key] = found.get(key, 0.0) + ln.threads
+    return [{"kernel": k, "opcode": op, "threads": n} for (k, op), n in sorted(found.items())]
+
+
+def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], list[dict]]:
+    """Per profiled launch: {name, by, ...} with by 'code' (its SASS is a function of the candidate's build or
+    JIT-cache modules: `matched` names it), 'utility' (torch's fill / copy / elementwise kernels), 'name' (no SASS
+    listing on the page, or a JIT that keeps kernels in memory: the name rule of before), or 'forbidden' (`why`);
+    and the forbidden ones. The build's modules are disassembled first, the JIT's only when a kernel matches none."""
+    from xlang import census
+    from xlang.profiler.judge import _UTILITY_KERNEL
+
+    built = [n for n in spec.get("build_kernels", []) if n]
+    on_disk = spec.get("kernels_on_disk", True)
+    sources = {"build": list(spec.get("build_modules") or []), "jit": [str(m) for m in jit_modules]}
+    index: dict = {}
+    read: set = set()
+
+    def load(which: str) -> None:
+        if which in read:
+            return
+        read.add(which)
+        listings = []
+        for path in sources[which]:
+            try:
+                listings.append(census.listing(Path(path)))
+            except (OSError, RuntimeError, subprocess.SubprocessError):
+                continue  # a module that cannot be disassembled matches nothing
+        for n, entries in ncu_mod.module_index(listings).items():
+            index.setdefault(n, []).extend(entries)
+
+    decided, forbidden = [], []
+    for p in profiles:
+        load("build")
+        matched = ncu_mod.sass_identity(p, index)
+        if matched is False and sources["jit"]:
+            load("jit")
+            matched = ncu_mod.sass_identity(p, index)
+        entry = {"name": p.name}
+        if isinstance(matched, str):
+            entry.update(by="code", matched=matched)
+        elif _UTILITY_KERNEL.search(p.name) and not ncu_mod.forbidden_reason(p.name):
+            entry.update(by="utility")
+        elif matched is None or not on_disk:
+            # No listing to compare (the page lacks this kernel's SASS), or CuTe DSL's in-memory JIT: the name rule
+            # of before (a name its build compiled, or one unlike a vendor's) is all there is.
+            why = ncu_mod.forbidden_reason(p.name)
+            if ncu_mod.is_candidate_kernel(p.name, built) or not why:
+                entry.update(by="name", note="no SASS listing on the source page" if matched is None else
+                             "its JIT keeps kernels in memory: judged by name")
+            else:
+                entry.update(by="forbidden", why=f"{why}, and its build compiled no kernel of that name")
+        else:
+            differs = ncu_mod.first_difference(p, index)
+            entry.update(by="forbidden", why="its SASS matches, instruction for instruction, none of the modules the "
+                                             "candidate's toolchain produced in this evaluation (its build, the "
+                                             "cubins its JIT wrote into its cache)"
+                                             + (f"; against its build's kernel of that name, {differs}" if differs else ""))
+        decided.append(entry)
+        if entry["by"] == "forbidden":
+            forbidden.append(entry)
+    return decided, forbidden
 
 
 def _same_kernels(executed: dict | None, observed: list | None, observed_first: list | None = None):
@@ -551,6 +630,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                            "workdir": str(workdir), "stages": [s.name for s in STAGES]}
     stage_seconds: dict = {}
     verdict.fingerprint["tolerance"] = dict(task.tolerance)  # what "correct" meant (it may change per task)
+    if task.output_tolerance or task.kind_output_scale:
+        verdict.fingerprint["tolerance"].update(outputs=task.output_tolerance, kind_scales=task.kind_output_scale)
     verdict.fingerprint["stage_seconds"] = stage_seconds
     pool = ThreadPoolExecutor(3)
     held: list = []
@@ -601,11 +682,18 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     census_failure = (V.MISSING_INSTRUCTIONS,
                       f"static SASS census ({arch.sm}): required famil{'y' if len(missing) == 1 else 'ies'} "
                       f"{', '.join(missing)} not in any compiled kernel") if missing else None
+    # The contract accumulates in fp32: an MMA that accumulates in fp16 in any compiled kernel is a violation
+    # whether or not a trial happens to expose it (it cannot be told for every input), so it is incorrect here.
+    narrow = build.census.narrow_accumulate if build.census is not None and task.accumulator == "fp32" else []
+    accumulate_failure = (V.INCORRECT, narrow_accumulate_detail(narrow, f"static SASS census ({arch.sm})")) \
+        if narrow else None
 
     gpu = gpu_mod.find_gpu(arch) if options.run != "never" else None
     if gpu is None:
         verdict.runtime_note = ("not run (runtime disabled)" if options.run == "never" else
                                 f"not run (no GPU of compute capability {arch.compute_capability / 10:.1f} here)")
+        if accumulate_failure:
+            return finish(accumulate_failure[0], accumulate_failure[1] + "; " + verdict.runtime_note)
         if census_failure:
             return finish(census_failure[0], census_failure[1] + "; " + verdict.runtime_note)
         return finish(V.STATIC_OK, f"compiled for {arch.sm} with {', '.join(required)} present; {verdict.runtime_note}")
@@ -638,7 +726,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         "hidden": [str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
         "build_kernels": [k.name for k in build.kernels],
         "build_kernel_stems": sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
-        "build_opcodes": _build_opcodes(build),
+        "build_modules": sorted({k.cubin for k in build.kernels if k.cubin}),  # its cubins / shared objects
         "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
         "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
         "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed,
@@ -714,7 +802,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.correct = bool(verdict.correctness and verdict.correctness.get("passed")) and \
         (judged is None or judged[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL))
     if judged:  # incorrect in a verified timed call after correct trials included: correct is False above
-        return finish(*judged)
+        return finish(*min([judged] + [accumulate_failure] * bool(accumulate_failure),
+                           key=lambda f: V.STAGE_ORDER.index(f[0])))
     if not side_by_side:
         if options.memcheck:
             mem_future = pool.submit(timed, "memcheck", memcheck_stage, spec, workdir, options, gpu)
@@ -738,7 +827,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
                           (check.result or {}).get("timed_first_call_kernels"))
     if world:
         failures.append(world)
-    failures = [f for f in failures if f]
+    failures = [f for f in failures if f] + [accumulate_failure] * bool(accumulate_failure)
     if failures:  # the first in the declared order, the census's failure included
         first = min(failures + [census_failure] * bool(census_failure), key=lambda f: V.STAGE_ORDER.index(f[0]))
         if first is census_failure and verdict.correct:

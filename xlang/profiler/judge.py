@@ -517,8 +517,9 @@ def _make_inputs(task, shape, seed, device, kind):
     return task.make_inputs(shape, seed, device)
 
 
-def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
-    """Check one finished call against the judge's own copy of its inputs: slack, inputs, outputs."""
+def verify(ctx, call: Call, inputs: dict, where: str, kind: str = "normal") -> dict:
+    """Check one finished call against the judge's own copy of its inputs (of value kind `kind`): slack, inputs,
+    outputs (each with its tolerance, Task.tolerance_for)."""
     task = ctx["task"]
     call.check_slack()
     changed = compare_inputs(inputs, call.input_tensors())
@@ -529,10 +530,11 @@ def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
     reference = task.reference(inputs, call.shape)
     stats = []
     for name, got in call.output_tensors().items():
-        s = compare_output(name, got, reference[name], ctx["atol"], ctx["rtol"])
+        atol, rtol = task.tolerance_for(name, kind)
+        s = compare_output(name, got, reference[name], atol, rtol)
         stats.append(s)
         if "failure" in s:
-            text = describe_failure(s, call.shape, -1, -1, ctx["atol"], ctx["rtol"])
+            text = describe_failure(s, call.shape, -1, -1, atol, rtol)
             raise Outcome("incorrect", text[: text.rfind(" (shape ")] + f" ({where})")
     return {"outputs": stats}
 
@@ -680,7 +682,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
             records = _flush(observer, prov)
             calls.append(call_evidence(records, process_cpu_ms(runner.uid), cpu0, call.input_bytes(),
                                        observer is not None))
-            rec = verify(ctx, call, inputs, where)
+            rec = verify(ctx, call, inputs, where, kind)
         finally:
             call.close([runner])
         trials.append({"shape": shape, "kind": kind, "seed": seed, **rec})
@@ -1150,6 +1152,8 @@ def run_tool_stage(ctx, progress) -> dict:
     finally:
         runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
         _collect_tool_output(runner, spec)
+        if spec["mode"] == "ncu":  # also when a trial failed: the profile is still read, and judged by its code
+            ctx["jit_modules"] = collect_jit_modules(runner.home, spec.get("jit_cache"), Path(spec["stage_dir"]))
     out["runner_exit"] = runner.proc.returncode
     out["runner_stdout"] = runner.out.text(1.0)[-20000:]
     out["runner_stderr"] = runner.err.text(1.0)[-20000:]
@@ -1164,6 +1168,46 @@ def _collect_tool_output(runner: "Runner", spec: dict) -> None:
         data = read_untrusted_bytes(source, 1 << 30) if source is not None else None
         if data:
             (Path(spec["stage_dir"]) / name).write_bytes(data)
+
+
+JIT_MODULES_MAX = 2000  # as Provenance.rescan
+JIT_MODULES_MAX_BYTES = 1 << 30
+
+
+def collect_jit_modules(home: Path | None, jit_cache: str | None, stage_dir: Path) -> list[str]:
+    """Copies of the cubins the candidate's JIT wrote into its private cache during this stage (Backend.jit_cache
+    in its home), in a folder of the judge's own made after the candidate's processes are gone: the modules a
+    kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.ncu.sass_identity). Read
+    never through a link (read_untrusted_bytes), at most 64 MiB each; a candidate can put any cubin there, so a
+    vendor cubin it copies in counts as its own (README, residual risks)."""
+    from xlang.sandbox import read_untrusted_bytes
+
+    if home is None or not jit_cache:
+        return []
+    root = Path(home) / jit_cache
+    if not root.is_dir() or root.is_symlink():  # a link would make any cubin on the machine "its own"
+        return []
+    found = []
+    for folder_path, _dirs, files in os.walk(root, followlinks=False):
+        found += [Path(folder_path) / f for f in files if f.endswith(".cubin")]
+    found = sorted(found)[:JIT_MODULES_MAX]
+    if not found:
+        return []
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="jit-modules-", dir=stage_dir))  # new, 0700: nothing of the candidate's
+    out, total = [], 0
+    for i, path in enumerate(found):
+        data = read_untrusted_bytes(path, 64 << 20)
+        if not data or total + len(data) > JIT_MODULES_MAX_BYTES:
+            continue
+        total += len(data)
+        target = folder / f"{i:04d}.cubin"
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        out.append(str(target))
+    return out
 
 
 def run(spec: dict, progress) -> dict:
@@ -1221,6 +1265,8 @@ def _run(spec: dict, progress, ctx: dict) -> dict:
         result.update(status="runtime_error", detail=str(e))
     except RunnerGone as e:
         result.update(status="timeout" if e.timed_out else "runtime_error", detail=str(e))
+    if ctx.get("jit_modules"):
+        result["jit_modules"] = ctx["jit_modules"]
     progress("done")
     return result
 

@@ -13,7 +13,6 @@ import functools
 import io
 import math
 import re
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -81,6 +80,7 @@ class SassLine:
     warp_instructions: float  # times a warp executed it
     threads: float  # predicated-on thread executions (the evidence that counts)
     operands: str = ""  # the instruction's operand text ('R2, -RZ, RZ, 0, 0'): math accounting reads it
+    text: str = ""  # the whole instruction as the page prints it, predicate included: code identity reads it
 
 
 @dataclass
@@ -125,7 +125,7 @@ def parse_source_page(text: str) -> list[KernelProfile]:
         threads = rec.get("Predicated-On Thread Instructions Executed")
         warps = rec.get("Instructions Executed")
         current.lines.append(SassLine(rec.get("Address", ""), op, _number(warps), _number(threads),
-                                      operands_of(rec.get("Source", ""))))
+                                      operands_of(rec.get("Source", "")), rec.get("Source", "").strip()))
     return kernels
 
 
@@ -288,20 +288,113 @@ def is_candidate_kernel(name: str, candidate_names) -> bool:
     return False
 
 
-def sass_identity(profile: "KernelProfile", built_opcodes: dict[str, list[dict]]) -> bool | None:
-    """Whether the kernel Nsight Compute profiled is, instruction for instruction, one the build compiled under
-    that name: the source page lists every SASS instruction of the function (executed or not), so its opcode
-    counts equal the static census of the same cubin (checked on the H200 fixtures: the Triton and cuda_ptx
-    GEMMs, 384 and 1024 instructions, identical to a CPU build of the same source). None when the build has no
-    kernel of that name (a kernel the JIT compiled at run time) or the page has no SASS lines."""
-    if not profile.lines:
+# ---- code identity: is a profiled kernel, instruction for instruction, a module the candidate's toolchain made? ----
+#
+# Nsight Compute's source page lists every SASS instruction of the profiled function in order, at its address
+# in GPU memory; cuobjdump lists a cubin's functions at offsets from the function's start. On the H200 fixtures
+# (ncu 2025.3.1, cuobjdump 13.0) the two agree line for line once (a) branch and call targets, which the page
+# prints as absolute addresses, are taken relative to the function's first instruction, (b) the register reuse
+# flags ('.reuse', scheduling hints the page leaves out) are dropped, and (c) spacing and the ';' are evened
+# out: the Triton GEMM (384 instructions), the cuda_ptx tile GEMM (1024) and a Triton FMA kernel compiled at run
+# time (512) match a CPU build exactly (tests/test_profiler_provenance.py).
+
+_HEX = re.compile(r"\b0x([0-9a-fA-F]+)\b")
+# A relocated operand in a cubin not yet loaded (cuobjdump prints the symbol: '32@lo(var)', '`(vprintf)'); the
+# page shows the loaded value. It matches any one operand there (never measured: no fixture has one).
+_RELOCATED = re.compile(r"(?:-?\d+@(?:lo|hi)\([^)]*\)|`\([^)]*\))")
+RELOCATED = "<reloc>"
+
+
+def _even(text: str) -> str:
+    text = text.strip().rstrip(";").strip().replace(".reuse", "")
+    text = re.sub(r"\s*([,;{}])\s*", r"\1 ", text)
+    return " ".join(text.split()).strip()
+
+
+def profiled_code(profile: "KernelProfile") -> list[str] | None:
+    """The profiled function's instructions, evened out for comparison (targets relative to its start), or None
+    when the page gave no whole listing (no SASS text, or addresses that do not parse)."""
+    lines = profile.lines
+    if not lines or not all(ln.text for ln in lines):
         return None
-    candidates = [ops for name, variants in built_opcodes.items() if profile.name.strip() == name.strip()
-                  for ops in variants]
-    if not candidates:
+    try:
+        addresses = [int(ln.address, 16) for ln in lines]
+    except ValueError:
         return None
-    seen = Counter(ln.opcode.split(".")[0] for ln in profile.lines)
-    return any(seen == Counter({k: v for k, v in ops.items() if v}) for ops in candidates)
+    base, end = addresses[0], addresses[-1] + 16
+
+    def relative(m):
+        value = int(m.group(1), 16)
+        return hex(value - base) if base <= value <= end else m.group(0)
+
+    code = []
+    for address, ln in zip(addresses, lines):
+        code.append(f"{address - base:x} {_even(_HEX.sub(relative, ln.text))}")
+    return code
+
+
+def module_code(instructions: list[tuple[int, str]]) -> list[str]:
+    """One function of a cuobjdump listing (xlang.census.parse_listing), evened out as profiled_code is."""
+    return [f"{offset:x} {_even(_RELOCATED.sub(RELOCATED, text))}" for offset, text in instructions]
+
+
+def same_code(profiled: list[str], module: list[str]) -> bool:
+    """Instruction for instruction, offset for offset; a relocated operand of the module matches any one operand."""
+    if len(profiled) != len(module):
+        return False
+    for got, want in zip(profiled, module):
+        if got == want:
+            continue
+        if RELOCATED not in want:
+            return False
+        pattern = re.escape(want).replace(re.escape(RELOCATED), r"[^,\s]+")
+        if not re.fullmatch(pattern, got):
+            return False
+    return True
+
+
+def module_index(listings) -> dict[int, list[tuple[str, list[str]]]]:
+    """{instruction count: [(function name, code)]} over listings ({name: [instructions, ...]} each)."""
+    index: dict[int, list[tuple[str, list[str]]]] = {}
+    for functions in listings:
+        for name, variants in functions.items():
+            for instructions in variants:
+                code = module_code(instructions)
+                index.setdefault(len(code), []).append((name, code))
+    return index
+
+
+def sass_identity(profile: "KernelProfile", modules: dict[int, list[tuple[str, list[str]]]]) -> str | bool | None:
+    """Whether the kernel Nsight Compute profiled is, instruction for instruction, a function of one of the
+    candidate's modules (module_index of its build's binaries and of the cubins its JIT wrote in this stage): the
+    name of the function it matches, False when it matches none, None when the page has no whole listing of it
+    (then its code cannot be told). Names do not decide: the same code under another name is the candidate's
+    code, and another code under a name the build has is not."""
+    code = profiled_code(profile)
+    if code is None:
+        return None
+    same_name = [m for m in modules.get(len(code), []) if m[0].strip() == profile.name.strip()]
+    others = [m for m in modules.get(len(code), []) if m[0].strip() != profile.name.strip()]
+    for name, module in same_name + others:
+        if same_code(code, module):
+            return name
+    return False
+
+
+def first_difference(profile: "KernelProfile", modules: dict[int, list[tuple[str, list[str]]]]) -> str | None:
+    """Where the profiled code first parts from a module function of the same name (for the verdict's detail: an
+    impostor, or an honest kernel the page prints in a way not yet seen), or None when no function has that name."""
+    code = profiled_code(profile) or []
+    same = [m for entries in modules.values() for m in entries if m[0].strip() == profile.name.strip()]
+    if not same or not code:
+        return None
+    _, module = min(same, key=lambda m: abs(len(m[1]) - len(code)))
+    if len(module) != len(code):
+        return f"{len(code)} instructions profiled, {len(module)} built"
+    for got, want in zip(code, module):
+        if not same_code([got], [want]):
+            return f"first difference: profiled '{got[:80]}', built '{want[:80]}'"
+    return None
 
 
 def forbidden_reason(name: str) -> str | None:

@@ -1,8 +1,9 @@
 """BAD candidate (expected: not_executed). A TMA + tl.dot GEMM kernel is launched only when the tensors
 live on the CPU (as during xlang's static build, so the static census sees HGMMA and UTMALDG); on the GPU
 a plain CUDA-core outer-product kernel computes C instead. The result is right; no wgmma ever executes.
-(Its GPU kernel was named gemm_fma until 2026-11-30: 'gemm' is a vendor pattern, and a vendor-named kernel the
-build did not compile is forbidden_call, which the recorded fixture triton-dead_branch still shows.)"""
+(Its GPU kernel was named gemm_fma until 2026-11-30, when a vendor-named kernel the build did not compile was
+forbidden_call; kernels are now the candidate's by their code, and the recorded fixture triton-dead_branch shows
+gemm_fma as its own, tests/test_profiler_provenance.py.)"""
 
 import triton
 import triton.language as tl

@@ -8,8 +8,8 @@ kernel names and counts sees the same name once in both, and the cuBLAS kernel's
 would pass for the candidate's. (Found by a review of session 5's change that let kernels the observer saw the
 candidate's own modules run exempt a vendor-named kernel in the ncu stage; reverted.)
 
-An honest judge must conclude: forbidden_call (a vendor-named kernel that the candidate's build did not compile
-cannot be told from the vendor's by name, which is all Nsight Compute gives), or not_executed; never ok.
+An honest judge must conclude: forbidden_call (the kernel profiled under the profiler is cuBLAS's: its SASS
+matches none of the modules the candidate's toolchain produced, whatever it is named), or not_executed; never ok.
 """
 
 import os
