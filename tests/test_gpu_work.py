@@ -175,7 +175,7 @@ def test_no_math_at_all_on_the_gpu_is_host_compute():
 
 
 @pytest.mark.parametrize("label", ["cuda_ptx-gemm_dead_wgmma", "triton-dead_branch"])
-def test_an_honest_fma_gemm_computed_on_the_gpu(label):
+def test_an_honest_fma_gemm_computed_on_the_gpu(label, tmp_path):
     """The recorded FMA-only GEMMs (H200): their own kernels did the task's FLOPs on FFMA, so the GPU computed
     the answer; they miss the target instructions, which is a different verdict (not_executed / census)."""
     profiles = ncu.merge(ncu.parse_source_page(gzip.open(FIX / f"{label}.ncu_source.csv.gz", "rt").read()),
@@ -186,10 +186,17 @@ def test_an_honest_fma_gemm_computed_on_the_gpu(label):
     assert gc["status"] == "ok" and gc["gpu_to_task"] == pytest.approx(1.0, rel=0.02)
     assert s["non_tc_to_task"] == pytest.approx(1.0, rel=0.02)
     if label == "cuda_ptx-gemm_dead_wgmma":
+        from xlang.backend import build_candidate
         from xlang.profiler.evaluate import ncu_judgement
 
-        spec = {"build_kernels": META[label]["build_kernels"],
-                "ncu_trials": [[{"M": 2048, "N": 2048, "K": 1024}, "normal", 1]]}
+        # Provenance is by code: the profiled kernels must be this source's build, instruction for instruction.
+        shape = {"M": 2048, "N": 2048, "K": 1024}
+        source = Path(__file__).parent / "kernels" / "cuda_ptx" / "gemm_dead_wgmma.cu"
+        build = build_candidate(source.read_text(), "cuda_ptx", get_task("gemm"), get_arch("h100"), shape,
+                                cache=False, workdir=tmp_path / "build")
+        assert build.ok, build.error
+        spec = {"build_kernels": [k.name for k in build.kernels], "build_modules": sorted({k.cubin for k in build.kernels}),
+                "ncu_trials": [[shape, "normal", 1]]}
         info, judged = ncu_judgement({}, profiles, spec, H200, ("wgmma", "tma"), get_task("gemm"))
         assert judged[0] == V.NOT_EXECUTED and info["gpu_compute"]["status"] == "ok"
 
