@@ -119,6 +119,58 @@ def test_missing_key_is_said_at_once_without_litellm(tmp_path):
     one_line(proc.stderr, "OPENAI_API_KEY")
 
 
+def test_a_common_providers_endpoint_is_reached_before_the_run(xlang, tmp_path, monkeypatch):
+    """OPENAI_API_KEY set, no network (issue 37): one line and exit 2 before a run is stored, not an `error` run
+    after the first call; a proxy, where one is set, is what must answer."""
+    real = socket.getaddrinfo
+
+    def offline(host, *a, **kw):
+        if host in ("127.0.0.1", "localhost"):
+            return real(host, *a, **kw)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline)
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HTTPS_PROXY", "https_proxy", "ANTHROPIC_BASE_URL",
+                "ANTHROPIC_API_BASE", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-fake")
+    db = tmp_path / "r.db"
+    for model, host in (("openai/gpt-4o", "api.openai.com"), ("anthropic/claude-x", "api.anthropic.com")):
+        code, _, err = xlang("run", "-t", "gemm", "-l", "triton", "-a", "h100", "-m", model, "--profiler", "none",
+                             "--store", db)
+        assert code == 2
+        one_line(err, host, "does not resolve")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    code, _, err = xlang("compare", "-a", "h100", "-l", "triton", "-m", "openai/gpt-4o", "--store", db)
+    assert code == 2
+    one_line(err, "proxy", "no answer")
+    assert not db.exists()
+
+
+def test_turns_that_never_got_a_reply_are_no_candidates(xlang, tmp_path):
+    """Two samples whose model call failed (no reply): the report counts 0 evaluated candidates, not 2."""
+    from xlang.store import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as s:
+        s.create_run("r1", task="gemm", lang="triton", arch="h100", model="openai/gpt-4o", source="llm",
+                     turns_limit=8, samples=2)
+        for k in (0, 1):
+            s.start_sample("r1", k)
+            s.add_turn("r1", k, 1, messages=[{"role": "user", "content": "x"}],
+                       error="InternalServerError: Connection error")
+            s.update_sample("r1", k, status="error", note="turn 1: InternalServerError: Connection error")
+        s.finish_run("r1", status="error")
+    code, out, err = xlang("report", "--store", db, "--out", tmp_path / "rep")
+    assert code == 0, err
+    assert "2 sample runs, 0 candidates" in out
+    assert "0 evaluated candidates" in (tmp_path / "rep" / "report.md").read_text()
+
+
 def test_model_provider_and_endpoint_are_checked_before_any_work(xlang, tmp_path, monkeypatch):
     db = tmp_path / "r.db"
     monkeypatch.delenv("HOSTED_VLLM_API_BASE", raising=False)
