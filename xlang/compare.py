@@ -214,7 +214,7 @@ def _stored_finished(store_path: str, run_ids: list[str]) -> dict[str, str]:
                 and r["status"] in ("done",)}
 
 
-def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
+def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None, on_stage=None):
     """One cell through the agent loop (resumes the cell's run when it exists)."""
     from xlang.agent.loop import RunConfig, run
 
@@ -224,7 +224,7 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
                    temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed, run_id=cell.run_id,
                    prompt_variants=cfg.prompt_variants, context=cfg.context, target_speedup=cfg.target_speedup,
                    peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms)
-    return run(rc, on_turn)
+    return run(rc, on_turn, on_stage)
 
 
 def _profiler_spec(cfg: CompareConfig) -> str:
@@ -344,8 +344,11 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
                 bar.update(current, completed=len(done_samples),
                            description=f"  {label}: sample {e.sample_idx} turn {e.turn_idx}/{e.turns} {what}")
 
+            def on_stage(k, turn_idx, turns, what, current=current, label=label):
+                bar.update(current, description=f"  {label}: sample {k} turn {turn_idx}/{turns} {what}")
+
             t0 = time.monotonic()
-            result = run_cell(cfg, cell, on_turn)
+            result = run_cell(cfg, cell, on_turn, on_stage)
             state, text = _summarise(result)
             outcome = CellOutcome(cell, state, time.monotonic() - t0, text)
             outcomes.append(outcome)

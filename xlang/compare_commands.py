@@ -130,7 +130,16 @@ def report_command(
         limits = ()
     if not limits or min(limits) < 1:
         raise XlangError(f"--turn-limits '{turn_limits}': expected positive integers, e.g. 1,4,8")
-    ds = source.load(store).filter(filters)
+    full = source.load(store)
+    for axis, values in filters.items():  # a value no run has is a typo, not an empty report
+        known = sorted(set(full.runs[axis].astype(str))) if len(full.runs) else []
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise XlangError(f"--where {axis}={'|'.join(unknown)}: no run in {store} has that {axis} "
+                             f"({axis} values: {', '.join(repr(k) if k == '' else k for k in known) or 'none'})")
+    ds = full.filter(filters)
+    if filters and ds.runs.empty:
+        raise XlangError(f"--where {where}: no run in {store} matches all of these at once")
     if model is not None and not (ds.runs["model"] == model).any():
         known = ", ".join(sorted(ds.runs["model"].unique())) or "none"
         raise XlangError(f"--model {model}: no run of that model in {store} (models: {known})")
