@@ -320,6 +320,7 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True) -> Comp
     console.print(f"[bold]xlang compare[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
                   f"{len(cfg.langs)} language(s) = {len(cells)} cells · model {cfg.model} · turns {cfg.turns} · "
                   f"samples {cfg.samples} · docs {cfg.docs} · runtime: {where} · store {cfg.store}"
+                  + (f" · shape {','.join(f'{k}={v}' for k, v in cfg.shape.items())}" if cfg.shape else "")
                   + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
                   highlight=False)
     start = time.monotonic()
@@ -390,13 +391,14 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
     # No vertical rules; a table wider than the terminal even with every column at its longest word is split
     # into parts, each repeating task, arch and lang, rather than cutting words.
     title = title or "xlang compare"
-    for n, part in enumerate(column_groups(headers, rows, 3, console.width)):
+    keys = list(display.columns).index("n")  # task, [shape,] arch, lang[, model]: repeated in each part
+    for n, part in enumerate(column_groups(headers, rows, keys, console.width)):
         table = Table(title=title if n == 0 else f"{title} (continued)", show_lines=False, header_style="bold",
                       box=box.SIMPLE_HEAD, show_edge=False)
         for i in part:
             col = display.columns[i]
-            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col or col in tables.SPEED_COLUMNS
-                             else "left", no_wrap=i < 3)
+            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col or col in
+                             (*tables.SPEED_COLUMNS, *tables.THROUGHPUT_COLUMNS) else "left", no_wrap=i < keys)
         for k, row in enumerate(rows):
             if k and row[0] != rows[k - 1][0]:
                 table.add_section()
