@@ -127,7 +127,12 @@ def _rows(display: pd.DataFrame, group: str | None = "task") -> dict:
         return f"not run{notes[text]}"
 
     for r in display.to_dict("records"):
-        cells = [(short(_text(r[c])), _cell_class(str(c), _text(r[c]))) for c in display.columns]
+        cells = []
+        for c in display.columns:
+            text, cls = short(_text(r[c])), _cell_class(str(c), _text(r[c]))
+            if cls.startswith("num"):  # '100% (1/1)' stays on one line; an interval after it may wrap
+                text = text.replace(" (", "\u00a0(")
+            cells.append((text, cls))
         key = r.get(group) if group else None
         rows.append({"cells": cells, "group": last is not None and key != last})
         last = key
