@@ -61,7 +61,6 @@ def mix_class(opcode: str) -> str:
     return MIX_OTHER
 
 
-Z95 = 1.959963984540054
 BOOTSTRAP = 2000
 RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
             "turns_limit"]
@@ -75,26 +74,36 @@ STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "ru
                 "best_tflops", "best_gbps"]
 
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of k successes in n trials ((nan, nan) when n == 0)."""
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of k successes in n trials ((nan, nan) when n == 0): scipy.stats."""
     if n == 0:
         return math.nan, math.nan
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=0.95, method="wilson")
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
 
 
 def bootstrap_max(values, resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap (95%) of the best of the values (one per sample; nan, a sample with none, counts 0)."""
+    """Percentile bootstrap (95%) of the best of the values (one per sample; nan, a sample with none, counts 0):
+    scipy.stats.bootstrap, a fixed seed."""
+    import warnings
+
+    from scipy.stats import bootstrap
+
     v = np.nan_to_num(np.asarray(values, dtype=float), nan=0.0)
     if len(v) < 2:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    best = v[rng.integers(0, len(v), size=(resamples, len(v)))].max(axis=1)
-    lo, hi = np.percentile(best, [2.5, 97.5])
-    return float(lo), float(hi)
+    if np.all(v == v[0]):  # every resample's best is that value (scipy warns on such data)
+        return float(v[0]), float(v[0])
+    options = dict(n_resamples=resamples, method="percentile", confidence_level=0.95, vectorized=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's note that few distinct values make a coarse interval
+        try:
+            res = bootstrap((v,), np.max, rng=np.random.default_rng(seed), **options)
+        except TypeError:  # scipy before 1.15 names the generator random_state
+            res = bootstrap((v,), np.max, random_state=np.random.default_rng(seed), **options)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def _sum(s: pd.Series) -> float:
