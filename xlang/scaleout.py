@@ -138,7 +138,7 @@ class _quiet_stderr:
         text = self.file.read()
         self.file.close()
         if kind is None and text:
-            sys.stderr.buffer.write(text)
+            sys.stderr.write(text.decode(errors="replace"))
             sys.stderr.flush()
         return False
 
