@@ -172,6 +172,44 @@ def test_read_only_folder(xlang, tmp_path):
         os.chmod(db.parent, 0o755)
 
 
+def test_a_writer_on_read_only_media_says_read_only_not_not_a_store(tmp_path):
+    """`xlang compare --store` on a store on a read-only mount (a bind mount made read-only in a user and mount
+    namespace of its own): one line saying the media is read-only, never "is not a results store"."""
+    import shutil
+    import subprocess
+    import sys
+
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("no unshare here")
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    ro.mkdir()
+    db = make_store(src / "r.db")
+    before = fingerprint(db)
+    root = Path(__file__).resolve().parent.parent
+    script = (f"mount --bind {src} {ro} && mount -o remount,ro,bind {ro} || exit 77; "
+              f"PYTHONPATH={root} {sys.executable} -m xlang compare --arch b200 --langs triton --tasks gemm "
+              f"--profiler none --store {ro / 'r.db'}")
+    proc = subprocess.run([unshare, "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    if proc.returncode == 77 or "unshare failed" in proc.stderr or "Operation not permitted" in proc.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 2, proc.stderr
+    one_line(proc.stderr, "cannot write to", "read-only")
+    assert "not a results store" not in proc.stderr
+    assert fingerprint(db) == before
+
+
+def test_a_writer_refuses_a_zero_byte_file(xlang, tmp_path):
+    """A zero-byte file named as the store is not silently turned into a new store."""
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    code, _, err = xlang("compare", "--arch", "b200", "--langs", "triton", "--tasks", "gemm", "--profiler", "none",
+                         "--store", empty)
+    assert code == 2
+    one_line(err, str(empty), "empty file")
+    assert empty.stat().st_size == 0
+
+
 def test_store_that_is_a_folder_and_report_out_that_cannot_be_written(xlang, tmp_path):
     folder = tmp_path / "adir.db"
     folder.mkdir()

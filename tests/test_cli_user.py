@@ -119,6 +119,58 @@ def test_missing_key_is_said_at_once_without_litellm(tmp_path):
     one_line(proc.stderr, "OPENAI_API_KEY")
 
 
+def test_a_common_providers_endpoint_is_reached_before_the_run(xlang, tmp_path, monkeypatch):
+    """OPENAI_API_KEY set, no network (issue 37): one line and exit 2 before a run is stored, not an `error` run
+    after the first call; a proxy, where one is set, is what must answer."""
+    real = socket.getaddrinfo
+
+    def offline(host, *a, **kw):
+        if host in ("127.0.0.1", "localhost"):
+            return real(host, *a, **kw)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", offline)
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HTTPS_PROXY", "https_proxy", "ANTHROPIC_BASE_URL",
+                "ANTHROPIC_API_BASE", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-fake")
+    db = tmp_path / "r.db"
+    for model, host in (("openai/gpt-4o", "api.openai.com"), ("anthropic/claude-x", "api.anthropic.com")):
+        code, _, err = xlang("run", "-t", "gemm", "-l", "triton", "-a", "h100", "-m", model, "--profiler", "none",
+                             "--store", db)
+        assert code == 2
+        one_line(err, host, "does not resolve")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+    code, _, err = xlang("compare", "-a", "h100", "-l", "triton", "-m", "openai/gpt-4o", "--store", db)
+    assert code == 2
+    one_line(err, "proxy", "no answer")
+    assert not db.exists()
+
+
+def test_turns_that_never_got_a_reply_are_no_candidates(xlang, tmp_path):
+    """Two samples whose model call failed (no reply): the report counts 0 evaluated candidates, not 2."""
+    from xlang.store import Store
+
+    db = tmp_path / "r.db"
+    with Store(db) as s:
+        s.create_run("r1", task="gemm", lang="triton", arch="h100", model="openai/gpt-4o", source="llm",
+                     turns_limit=8, samples=2)
+        for k in (0, 1):
+            s.start_sample("r1", k)
+            s.add_turn("r1", k, 1, messages=[{"role": "user", "content": "x"}],
+                       error="InternalServerError: Connection error")
+            s.update_sample("r1", k, status="error", note="turn 1: InternalServerError: Connection error")
+        s.finish_run("r1", status="error")
+    code, out, err = xlang("report", "--store", db, "--out", tmp_path / "rep")
+    assert code == 0, err
+    assert "2 sample runs, 0 candidates" in out
+    assert "0 evaluated candidates" in (tmp_path / "rep" / "report.md").read_text()
+
+
 def test_model_provider_and_endpoint_are_checked_before_any_work(xlang, tmp_path, monkeypatch):
     db = tmp_path / "r.db"
     monkeypatch.delenv("HOSTED_VLLM_API_BASE", raising=False)
@@ -355,3 +407,72 @@ def test_no_command_shows_a_traceback_for_bad_input(xlang, tmp_path, monkeypatch
         text = out + err
         assert code != 0, (args, text)
         assert "Traceback" not in text and "internal error" not in text, (args, text)
+
+
+# ------------------------------------------------------------------------------------------- issue 37, item 6
+
+
+def test_report_where_with_a_value_no_run_has_is_one_line(xlang, tmp_path):
+    db = make_store(tmp_path / "r.db")
+    code, _, err = xlang("report", "--store", db, "--where", "lang=nosuch", "--out", tmp_path / "rep")
+    assert code == 2 and not (tmp_path / "rep").exists()
+    one_line(err, "lang=nosuch", "triton")
+    code, _, err = xlang("report", "--store", db, "--where", "lang=triton,arch=b200", "--out", tmp_path / "rep")
+    assert code == 2
+    one_line(err, "arch=b200", "h100")
+    code, _, err = xlang("report", "--store", db, "--where", "lang=triton", "--out", tmp_path / "rep")
+    assert code == 0, err
+
+
+def test_ctrl_c_says_so_in_one_line(xlang, tmp_path, monkeypatch):
+    """Typer turns a KeyboardInterrupt into a silent exit 130: the user gets a word as well."""
+    from xlang import compare
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compare, "run_compare", interrupted)
+    code, _, err = xlang("compare", "--arch", "b200", "--langs", "triton", "--profiler", "none",
+                         "--store", tmp_path / "r.db")
+    assert code == 130
+    one_line(err, "interrupted")
+
+
+def test_help_shows_no_value_for_flags(xlang, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    for cmd in ([], ["compare"], ["build"], ["run"], ["report"], ["eval"], ["fixit", "collect"], ["tasks"]):
+        code, out, _ = xlang(*cmd, "--help")
+        assert code == 0 and "--help" in out, cmd
+        assert "<bool>" not in out and "BOOLEAN" not in out, (cmd, out)
+
+
+def test_progress_says_what_a_turn_waits_for(tmp_path, monkeypatch):
+    """Between stored turns the loop tells its display what it is doing (the model, the build, the verdict):
+    compare's per-cell line and run's line per sample show it instead of "starting" or nothing."""
+    from xlang import compare
+    from xlang.agent import loop
+
+    seen = []
+    loop.run(loop.RunConfig(task="gemm", lang="triton", arch="b200", model="reference", turns=1, profiler="none",
+                            store=str(tmp_path / "r.db")), on_stage=lambda *e: seen.append(e))
+    assert seen == [(0, 1, 1, "building")]
+    passed = []
+    real = loop.run
+
+    def spy(cfg, on_turn=None, on_stage=None):
+        passed.append(on_stage)
+        return real(cfg, on_turn, on_stage)
+
+    monkeypatch.setattr(loop, "run", spy)
+    cfg = compare.CompareConfig(archs=["b200"], langs=["triton"], tasks=["gemm"], store=str(tmp_path / "c.db"),
+                                profiler="none")
+    compare.run_compare(cfg, progress=False)
+    assert passed and callable(passed[0])
+
+
+def test_eval_without_a_gpu_of_the_arch_is_not_a_pass(xlang, monkeypatch):
+    """`xlang eval --arch b200` with no such GPU: static_ok is printed, but the exit is 4, not 0."""
+    monkeypatch.setenv("XLANG_FAKE_GPUS", "[]")
+    code, out, err = xlang("eval", "expert", "-l", "triton", "-t", "gemm", "-a", "b200")
+    assert code == 4 and "static_ok" in out
+    assert "not judged" in err and "Traceback" not in err

@@ -27,3 +27,17 @@ def test_every_xlang_subpackage_is_declared():
     on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "xlang").rglob("__init__.py")
                if "__pycache__" not in p.parts}
     assert on_disk <= declared, f"add to pyproject [tool.setuptools] packages: {sorted(on_disk - declared)}"
+
+
+def test_readme_two_commands_pick_the_cpu_torch_on_a_cpu_box():
+    """README's "Two commands" are the only commands there, and each picks the CPU build of torch by itself on a
+    machine without a GPU (a CPU user who copies only them must not get the CUDA build): issue 37."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```bash\n(.*?)```", section, re.S)
+    assert len(commands) == 2, commands
+    for cmd in commands:
+        assert cmd.count("\n") == 1 and "pip install -e" in cmd, cmd
+        assert "nvidia-smi" in cmd and "--extra-index-url https://download.pytorch.org/whl/cpu" in cmd, cmd

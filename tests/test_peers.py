@@ -244,7 +244,9 @@ def test_report_shows_the_peer_column_and_not_run_with_the_reason(tmp_path):
     ds = from_records(_records({"g": ("gemm", ran), "a": ("attn_fwd", absent), "c": ("attn_fwd_causal", None)}))
     stats = tables.cell_stats(ds)
     cells = tables.format_cells(stats).set_index("task")
-    assert list(cells.columns[-3:]) == [tables.COL_SPEED, tables.COL_SPEED_ALL, tables.COL_SPEED_PEER]
+    # the cells table has the fastest target candidate's TFLOP/s and GB/s beside its speedup (issue 37)
+    assert list(cells.columns[-5:]) == [tables.COL_SPEED, tables.COL_TFLOPS, tables.COL_GBPS, tables.COL_SPEED_ALL,
+                                        tables.COL_SPEED_PEER]
     assert cells.loc["gemm", tables.COL_SPEED] == "1.10× (1/1)"
     assert cells.loc["gemm", tables.COL_SPEED_PEER] == "1.25× (1/1)"
     assert cells.loc["attn_fwd", tables.COL_SPEED_PEER] == f"not run (FA4: {NOT_INSTALLED})"

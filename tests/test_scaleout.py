@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -48,6 +49,56 @@ def test_argv_specs_and_declared_resources(monkeypatch):
     assert [g["index"] for g in gpu_mod.gpus()] == [1]
     monkeypatch.delenv("XLANG_GPUS")
     assert len(gpu_mod.gpus()) == 3
+
+
+def _join(address: str, tmp_path) -> tuple[int, str, float]:
+    """`xlang compare --ray ADDRESS` in a fresh process (Ray's join limits apply before its first import)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("XLANG_STORE", None)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "xlang", "compare", "--arch", "h100", "--langs", "triton",
+                           "--tasks", "gemm", "--ray", address], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    return proc.returncode, proc.stderr, time.monotonic() - start
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_dead_or_foreign_address_is_one_line_within_seconds(tmp_path, scheme):
+    """Nothing listening, or a listening port that is not Ray's (an HTTP server): exit 2 and one line, in well
+    under 30 s (Ray's own defaults retried a dead address for more than ten minutes), nothing stored."""
+    pytest.importorskip("ray")
+    import http.server
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    code, err, took = _join(f"{scheme}127.0.0.1:{dead}", tmp_path)
+    assert code == 2 and took < 30, (code, took, err[-2000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --ray") and "no Ray cluster answers" in lines[0], err
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        code, err, took = _join(f"{scheme}127.0.0.1:{server.server_address[1]}", tmp_path)
+    finally:
+        server.shutdown()
+    assert code == 2 and took < 30, (code, took, err[-2000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --ray") and "cannot join Ray" in lines[0], err
+    assert not (tmp_path / "xlang-runs").exists()
+
+
+def test_the_ray_extra_carries_what_ray_client_needs():
+    """`--ray ray://HEAD:10001` needs Ray Client's packages (grpcio): xlang[ray] is ray[client], pinned."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["ray"]
+    assert extra == [f"ray[client]=={scaleout.RAY_PIN}"]
+    pytest.importorskip("ray")
+    import importlib.util
+
+    assert importlib.util.find_spec("grpc") is not None, "ray[client] is not installed here: pip install 'xlang[ray]'"
 
 
 def test_a_packed_build_moves_to_another_folder(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+import typer.main
 from rich.console import Console
 from rich.table import Table
 
@@ -264,6 +265,27 @@ from xlang import diff as _diff  # noqa: E402
 _diff.register(app)
 
 TRACEBACK_ENV = "XLANG_TRACEBACK"
+INTERRUPTED = "interrupted (Ctrl-C); what finished is stored: the same command resumes a compare or run"
+
+
+def _flags_take_no_value(command) -> None:
+    """Help shows no value type (typer's '<bool>') beside a flag such as --json or --help: it takes none."""
+    ctx = command.context_class(command)
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if param is not None and getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_take_no_value(sub)
+
+
+def _from_interrupt(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -279,11 +301,17 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from xlang.scaleout import normalise_argv  # `--ray` alone: a local Ray (typer has no optional values)
 
-        app(args=normalise_argv(sys.argv[1:] if argv is None else argv), prog_name="xlang")
+        command = typer.main.get_command(app)
+        _flags_take_no_value(command)
+        command(args=normalise_argv(sys.argv[1:] if argv is None else argv), prog_name="xlang")
     except XlangError as e:
         fail(str(e), 2)
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        fail(INTERRUPTED, 130)
+    except SystemExit as e:  # typer turns Ctrl-C into a silent exit 130
+        if e.code == 130 and _from_interrupt(e):
+            fail(INTERRUPTED, 130)
+        raise
     except Exception as e:  # noqa: BLE001 - last resort: a user sees one line, a developer opts into the trace
         if os.environ.get(TRACEBACK_ENV):
             raise

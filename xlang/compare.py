@@ -310,7 +310,7 @@ def _runtimes(cfg: CompareConfig) -> dict:
     return {a: make_runtime(_profiler_spec(cfg), get_arch(a)) for a in cfg.archs}
 
 
-def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
+def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None, on_stage=None):
     """One cell through the agent loop (resumes the cell's run when it exists); the cell's earlier runs it replaces
     are marked superseded first, so a report never counts both."""
     from xlang.agent.loop import RunConfig, run
@@ -327,7 +327,7 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None):
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, temperature=cfg.temperature,
                    max_tokens=cfg.max_tokens, run_id=cell.run_id, prompt_variants=cfg.prompt_variants,
                    target_speedup=cfg.target_speedup, peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms, **options)
-    return run(rc, on_turn)
+    return run(rc, on_turn, on_stage)
 
 
 def _profiler_spec(cfg: CompareConfig) -> str:
@@ -426,6 +426,7 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
                   f"{len(cfg.langs)} language(s) = {len(cells)} cells · "
                   + (f"model {cfg.model} · turns {cfg.turns} · samples {cfg.samples} · docs {cfg.docs}" if planner is None
                      else "candidates as stored") + f" · runtime: {where} · store {cfg.store}"
+                  + (f" · shape {','.join(f'{k}={v}' for k, v in cfg.shape.items())}" if cfg.shape else "")
                   + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
                   highlight=False)
     again: dict[str, int] = {}
@@ -457,8 +458,11 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
                 bar.update(current, completed=len(done_samples),
                            description=f"  {label}: sample {e.sample_idx} turn {e.turn_idx}/{e.turns} {what}")
 
+            def on_stage(k, turn_idx, turns, what, current=current, label=label):
+                bar.update(current, description=f"  {label}: sample {k} turn {turn_idx}/{turns} {what}")
+
             t0 = time.monotonic()
-            result = run_cell(cfg, cell, on_turn)
+            result = run_cell(cfg, cell, on_turn, on_stage)
             state, text = _summarise(result)
             outcome = CellOutcome(cell, state, time.monotonic() - t0, text)
             outcomes.append(outcome)
@@ -500,13 +504,14 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
     # No vertical rules; a table wider than the terminal even with every column at its longest word is split
     # into parts, each repeating task, arch and lang, rather than cutting words.
     title = title or "xlang compare"
-    for n, part in enumerate(column_groups(headers, rows, 3, console.width)):
+    keys = list(display.columns).index("n")  # task, [shape,] arch, lang[, model]: repeated in each part
+    for n, part in enumerate(column_groups(headers, rows, keys, console.width)):
         table = Table(title=title if n == 0 else f"{title} (continued)", show_lines=False, header_style="bold",
                       box=box.SIMPLE_HEAD, show_edge=False)
         for i in part:
             col = display.columns[i]
-            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col or col in tables.SPEED_COLUMNS
-                             else "left", no_wrap=i < 3)
+            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col or col in
+                             (*tables.SPEED_COLUMNS, *tables.THROUGHPUT_COLUMNS) else "left", no_wrap=i < keys)
         for k, row in enumerate(rows):
             if k and row[0] != rows[k - 1][0]:
                 table.add_section()

@@ -33,7 +33,9 @@ def compare_command(
     ray: Optional[str] = typer.Option(None, "--ray", help="run on Ray: --ray alone starts one on this machine's "
                                                           "GPUs, --ray ADDRESS joins a cluster (xlang[ray])"),
     shape: Optional[str] = typer.Option(None, help="size overrides, each for the tasks that have that size, e.g. "
-                                                   "M=4096,N=4096,K=4096 (gemm) or S=2048 (attention)"),
+                                                   "M=4096,N=4096,K=4096 (gemm) or S=2048 (attention); a sweep, one "
+                                                   "row per shape: M=1024,2048,4096 (values) or M=1024:8192:x2 "
+                                                   "(LO:HI:STEP, HI included; xF multiplies, a number adds)"),
     seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
     concurrency: int = typer.Option(DEFAULT_CONCURRENCY, help="samples of one cell run at the same time"),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="per cell: stop LLM calls past this many USD"),
@@ -62,7 +64,7 @@ def compare_command(
     """Run the language × architecture matrix (resumable) and print the main table."""
     from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
     from xlang.store import default_store
-    from xlang.task import parse_shape
+    from xlang.task import parse_shapes
     from xlang.terminal import make_console
 
     if not 0 <= timing_rest_ms <= 1000:
@@ -70,13 +72,17 @@ def compare_command(
 
         raise XlangError("--timing-rest-ms must be between 0 and 1000")
     console = make_console(stderr=as_json)  # --json: the JSON alone on stdout
-    cfg = CompareConfig(archs=split_list(arch), langs=split_list(langs), tasks=split_list(tasks) or None,
-                        model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
-                        profiler=profiler, shape=parse_shape(shape), seed=seed, concurrency=concurrency,
-                        max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
-                        prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
-                        peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun)
-    result = run_compare(cfg, console)
+    shapes = parse_shapes(shape)  # a sweep: one compare per shape, one table with a row per shape
+    results = []
+    for one_shape in shapes:
+        cfg = CompareConfig(archs=split_list(arch), langs=split_list(langs), tasks=split_list(tasks) or None,
+                            model=model, turns=turns, samples=samples, docs=docs, store=store or default_store(),
+                            profiler=profiler, shape=one_shape, seed=seed, concurrency=concurrency,
+                            max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
+                            prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
+                            peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun)
+        results.append(run_compare(cfg, console))
+    result = results[0] if len(results) == 1 else _merged(results, cfg.store)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
                                        f"samples {cfg.samples} · docs {cfg.docs}")
     if report is not None:
@@ -97,6 +103,16 @@ def compare_command(
         print(json.dumps(to_json(result), indent=1))
     if any(o.state == "error" for o in result.cells):
         raise typer.Exit(1)
+
+
+def _merged(results, store: str):
+    """One CompareResult of a sweep's compares: every cell once, the table over all their runs (a row per shape)."""
+    from xlang.compare import CompareResult
+    from xlang.report import source, tables
+
+    cells = list({o.cell.run_id: o for r in results for o in r.cells}.values())
+    dataset = source.load(store, [o.cell.run_id for o in cells])
+    return CompareResult(cells, dataset, tables.cell_stats(dataset), sum(r.seconds for r in results))
 
 
 def report_command(
@@ -133,7 +149,16 @@ def report_command(
         limits = ()
     if not limits or min(limits) < 1:
         raise XlangError(f"--turn-limits '{turn_limits}': expected positive integers, e.g. 1,4,8")
-    ds = source.load(store).filter(filters)
+    full = source.load(store)
+    for axis, values in filters.items():  # a value no run has is a typo, not an empty report
+        known = sorted(set(full.runs[axis].astype(str))) if len(full.runs) else []
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise XlangError(f"--where {axis}={'|'.join(unknown)}: no run in {store} has that {axis} "
+                             f"({axis} values: {', '.join(repr(k) if k == '' else k for k in known) or 'none'})")
+    ds = full.filter(filters)
+    if filters and ds.runs.empty:
+        raise XlangError(f"--where {where}: no run in {store} matches all of these at once")
     if model is not None and not (ds.runs["model"] == model).any():
         known = ", ".join(sorted(ds.runs["model"].unique())) or "none"
         raise XlangError(f"--model {model}: no run of that model in {store} (models: {known})")

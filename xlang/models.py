@@ -2,8 +2,9 @@
 
 The common providers are checked from the table below without importing litellm (a 5-10 s import), so a missing
 key is said at once; any other name goes through litellm itself (an unknown provider is refused there). A provider
-that has no default endpoint (hosted_vllm, openai_like) needs its API base, and an API base that is set must
-resolve and accept a connection: a wrong host is one line now, not a minute of retries at the first turn.
+that has no default endpoint (hosted_vllm, openai_like) needs its API base; the endpoint a run will call (the API
+base that is set, else the common provider's public one) must resolve and accept a connection: a wrong host or a
+machine without network is one line now, not a stored run that failed at its first turn.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import urllib.parse
+import urllib.request
 
 from xlang.errors import XlangError
 
@@ -34,8 +36,15 @@ BASES = {
     "ollama": (("OLLAMA_API_BASE",), False),  # default http://localhost:11434
     "ollama_chat": (("OLLAMA_API_BASE",), False),
     "openai": (("OPENAI_BASE_URL", "OPENAI_API_BASE"), False),
+    "anthropic": (("ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE"), False),
 }
-DEFAULT_BASES = {"ollama": "http://localhost:11434", "ollama_chat": "http://localhost:11434"}
+DEFAULT_BASES = {"ollama": "http://localhost:11434", "ollama_chat": "http://localhost:11434",
+                 # the common providers' public endpoints: a machine that cannot reach them stops before the run
+                 "openai": "https://api.openai.com", "anthropic": "https://api.anthropic.com",
+                 "gemini": "https://generativelanguage.googleapis.com", "deepseek": "https://api.deepseek.com",
+                 "openrouter": "https://openrouter.ai", "together_ai": "https://api.together.xyz",
+                 "groq": "https://api.groq.com", "mistral": "https://api.mistral.ai", "xai": "https://api.x.ai",
+                 "fireworks_ai": "https://api.fireworks.ai"}
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -48,8 +57,13 @@ def _first(names) -> str | None:
 
 
 def check_endpoint(url: str, what: str) -> None:
-    """The host of url resolves and accepts a TCP connection (CONNECT_TIMEOUT_S), else one line."""
+    """The host of url resolves and accepts a TCP connection (CONNECT_TIMEOUT_S), else one line. Behind an HTTP(S)
+    proxy (HTTPS_PROXY, ...; NO_PROXY respected) the proxy is what must answer."""
     parsed = urllib.parse.urlparse(url if "://" in url else f"http://{url}")
+    proxy = urllib.request.getproxies().get(parsed.scheme or "http")
+    if proxy and parsed.hostname and not urllib.request.proxy_bypass(parsed.hostname):
+        what, url = f"{what} through the proxy", proxy
+        parsed = urllib.parse.urlparse(proxy if "://" in proxy else f"http://{proxy}")
     host = parsed.hostname
     if not host:
         raise XlangError(f"{what} '{url}' is not a URL (expected http://HOST:PORT/...)")
@@ -82,11 +96,10 @@ def check_model(model: str, litellm_check=None) -> None:
                          "set it and run again")
     if prov not in KEYS and prov not in BASES and litellm_check is not None:
         litellm_check(model)
-    if prov in BASES:
-        names, required = BASES[prov]
-        base = _first(names) or DEFAULT_BASES.get(prov)
-        if base is None and required:
-            raise XlangError(f"model '{model}' needs its endpoint: set {' or '.join(names)} "
-                             "(e.g. http://HOST:8000/v1)")
-        if base is not None:
-            check_endpoint(base, f"model '{model}' endpoint ({' or '.join(names)})")
+    names, required = BASES.get(prov, ((), False))
+    base = _first(names) or DEFAULT_BASES.get(prov or "")
+    if base is None and required:
+        raise XlangError(f"model '{model}' needs its endpoint: set {' or '.join(names)} "
+                         "(e.g. http://HOST:8000/v1)")
+    if base is not None:
+        check_endpoint(base, f"model '{model}' endpoint" + (f" ({' or '.join(names)})" if names else ""))

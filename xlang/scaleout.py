@@ -96,10 +96,61 @@ def local_resources(gpus=None) -> dict:
     return {"num_gpus": len(found), "resources": dict(res)}
 
 
+# Joining a cluster is bounded (Ray's own defaults retry a dead address for minutes): these of Ray's settings
+# are read when Ray is imported, so they are set, unless the user set them, before the first import.
+JOIN_LIMITS = {"RAY_py_gcs_connect_timeout_s": "5", "RAY_gcs_rpc_server_connect_timeout_s": "2",
+               "RAY_gcs_server_port_wait_time_s": "1",  # attempts of the driver's GCS connect (about 1 s each)
+               "RAY_CLIENT_INITIAL_CONNECTION_TIMEOUT_S": "3", "RAY_CLIENT_MAX_CONNECTION_TIMEOUT_S": "3"}
+PROBE_TIMEOUT_S = 3.0
+
+
+def probe(address: str) -> None:
+    """HOST:PORT or ray://HOST:PORT accepts a TCP connection, else one line at once (nothing listening, a host that
+    does not resolve). A port that answers but is not Ray's is left to the bounded join."""
+    import socket
+
+    hostport = address.removeprefix("ray://").split("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise XlangError(f"--ray {address}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        why = "does not resolve" if isinstance(e, socket.gaierror) else (e.strerror or type(e).__name__).lower()
+        raise XlangError(f"--ray {address}: no Ray cluster answers there ({why})") from None
+
+
+class _quiet_stderr:
+    """Ray's C++ core prints its connection retries to file descriptor 2: keep them out of the one-line error
+    (they are written out again when the join succeeds)."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved, self.file = os.dup(2), tempfile.TemporaryFile()
+        os.dup2(self.file.fileno(), 2)
+        return self
+
+    def __exit__(self, kind, *_):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.file.seek(0)
+        text = self.file.read()
+        self.file.close()
+        if kind is None and text:
+            sys.stderr.write(text.decode(errors="replace"))
+            sys.stderr.flush()
+        return False
+
+
 def connect(address: str | None = LOCAL) -> str:
-    """Start (no address / 'local') or join (an address) Ray, once per process; returns a line describing it."""
-    ray = require_ray()
+    """Start (no address / 'local') or join (an address) Ray, once per process; returns a line describing it.
+    Joining takes seconds, never minutes: an address that does not answer Ray is one line (XlangError)."""
     address = address or LOCAL
+    if address != LOCAL and "ray" not in sys.modules:
+        for key, value in JOIN_LIMITS.items():
+            os.environ.setdefault(key, value)
+    ray = require_ray()
     with _lock:
         if not ray.is_initialized():
             import logging
@@ -110,7 +161,12 @@ def connect(address: str | None = LOCAL) -> str:
                     res = local_resources()
                     ray.init(num_gpus=res["num_gpus"], resources=res["resources"], **kwargs)
                 else:
-                    ray.init(address=address, **kwargs)
+                    if address != "auto":
+                        probe(address)
+                    with _quiet_stderr():
+                        ray.init(address=address, **kwargs)
+            except XlangError:
+                raise
             except Exception as e:  # noqa: BLE001 - Ray's own ConnectionError / RuntimeError / ValueError
                 raise XlangError(f"--ray {address}: cannot {'start' if address == LOCAL else 'join'} Ray: "
                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") \

@@ -204,6 +204,13 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
         raise StoreError(_not_a_store(path, e)) from None
 
 
+def _not_writable(path: Path, e: BaseException) -> str:
+    where = next((p for p in (path, path.parent) if p.exists() and not os.access(p, os.W_OK)), None)
+    return (f"cannot write to {path}: {_reason(e)}"
+            + (f" ({where} is read-only; `xlang report --store {path}` reads it, a writer needs a copy elsewhere)"
+               if where is not None else ""))
+
+
 def _not_a_store(path: Path, e: BaseException) -> str:
     return f"{path} is not a results store ({_reason(e)})"
 
@@ -218,6 +225,10 @@ def _check_schema(conn: sqlite3.Connection, path: Path, writer: bool) -> int | N
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone() \
             if "meta" in names else None
+    except sqlite3.OperationalError as e:  # could not be opened (read-only media, a folder we cannot write)
+        if writer:
+            raise StoreError(_not_writable(path, e)) from None
+        raise StoreError(_not_a_store(path, e)) from None
     except sqlite3.DatabaseError as e:
         raise StoreError(_not_a_store(path, e)) from None
     if not names:
@@ -299,6 +310,9 @@ class Store:
                 self._conn.close()
                 raise
             return
+        if self.path.is_file() and self.path.stat().st_size == 0:  # a new store is made only where no file is
+            raise StoreError(f"{self.path} is an empty file (0 bytes), not a results store: remove it for a new "
+                             "store there, or pass another --store")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)
@@ -311,7 +325,7 @@ class Store:
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             with self.transaction():
-                if version is None:  # a new (or zero-byte) file: create the schema
+                if version is None:  # a new file: create the schema
                     _create_schema(self._conn)
                     self._conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 elif version < SCHEMA_VERSION:

@@ -304,17 +304,69 @@ def format_shape(shape: dict[str, int]) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
-def parse_shape(text: str | None) -> dict[str, int]:
-    """'M=1024,N=512' -> {'M': 1024, 'N': 512}."""
-    if not text:
-        return {}
-    out = {}
-    for part in text.split(","):
-        m = re.fullmatch(r"\s*(\w+)\s*=\s*(\d+)\s*", part)
-        if not m:
-            raise XlangError(f"bad shape '{text}': expected NAME=INT pairs separated by commas, e.g. M=1024,N=512")
-        out[m.group(1)] = int(m.group(2))
+MAX_SWEEP = 256
+SHAPE_SYNTAX = ("NAME=INT pairs separated by commas (M=1024,N=512); a sweep lists values (M=1024,2048,4096) or "
+                "a range LO:HI:STEP, HI included, STEP a number to add or xF to multiply by (M=1024:8192:x2, "
+                "S=1024:4096:1024)")
+
+
+def _values(text: str, item: str, shape: str) -> list[int]:
+    """'1024' -> [1024]; '1024:8192:x2' -> [1024, 2048, 4096, 8192]; '1024:4096:1024' -> [1024, 2048, 3072, 4096]."""
+    m = re.fullmatch(r"(\d+)(?::(\d+):(x?)(\d+))?", text.strip())
+    if not m:
+        raise XlangError(f"bad shape '{shape}' at '{item}': expected {SHAPE_SYNTAX}")
+    lo = int(m.group(1))
+    if m.group(2) is None:
+        return [lo]
+    hi, times, step = int(m.group(2)), bool(m.group(3)), int(m.group(4))
+    if hi < lo or (times and step < 2) or (not times and step < 1) or lo < 1:
+        raise XlangError(f"bad range '{item}' in --shape: LO <= HI, LO >= 1, STEP >= 1 (xF: F >= 2)")
+    out, v = [], lo
+    while v <= hi and len(out) <= MAX_SWEEP:
+        out.append(v)
+        v = v * step if times else v + step
     return out
+
+
+def parse_shapes(text: str | None) -> list[dict[str, int]]:
+    """--shape as a sweep: every combination of the values given per size, first size slowest.
+    'M=1024,N=512' -> [{'M': 1024, 'N': 512}]; 'M=1024,2048,N=512' -> [{'M': 1024, 'N': 512}, {'M': 2048, 'N': 512}];
+    'M=1024:4096:x2' -> M 1024, 2048, 4096. [{}] when no text."""
+    import itertools
+
+    if not text or not text.strip():
+        return [{}]
+    sizes: dict[str, list[int]] = {}
+    name = None
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if sep:
+            name = key.strip()
+            if not re.fullmatch(r"\w+", name):
+                raise XlangError(f"bad shape '{text}' at '{item}': expected {SHAPE_SYNTAX}")
+            if name in sizes:
+                raise XlangError(f"--shape '{text}' gives {name} twice")
+            sizes[name] = []
+        elif name is None:
+            raise XlangError(f"bad shape '{text}': expected {SHAPE_SYNTAX}")
+        sizes[name] += _values(value if sep else item, item, text)
+    count = 1
+    for values in sizes.values():
+        count *= len(values)
+    if count > MAX_SWEEP:
+        raise XlangError(f"--shape '{text}' is {count} shapes, more than {MAX_SWEEP}: sweep fewer sizes or values")
+    return [dict(zip(sizes, combo)) for combo in itertools.product(*(dict.fromkeys(v) for v in sizes.values()))]
+
+
+def parse_shape(text: str | None) -> dict[str, int]:
+    """'M=1024,N=512' -> {'M': 1024, 'N': 512}. One shape: a sweep is for `xlang compare`."""
+    shapes = parse_shapes(text)
+    if len(shapes) > 1:
+        raise XlangError(f"--shape '{text}' is a sweep of {len(shapes)} shapes: only `xlang compare` sweeps; "
+                         "give one value per size here")
+    return shapes[0]
 
 
 @functools.cache

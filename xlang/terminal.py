@@ -28,11 +28,12 @@ def keep_words(table, console):
         return cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
 
     cols = table.columns
-    texts = [[plain(col.header), *map(plain, col._cells)] for col in cols]
+    texts = [[plain(col.header), *map(plain, col.cells)] for col in cols]
     longest_word = [max((len(w) for t in ts for w in t.split()), default=1) for ts in texts]
     longest_line = [max((len(ln) for t in ts for ln in t.splitlines()), default=1) for ts in texts]
     mins = [line if col.no_wrap else word for col, word, line in zip(cols, longest_word, longest_line)]
-    frame = table._extra_width + 2 * len(cols)  # rules between columns, and one space of padding each side
+    # the outer edges, the rules between columns, and one space of padding each side of every cell
+    frame = (2 if table.box and table.show_edge else 0) + (len(cols) - 1 if table.box else 0) + 2 * len(cols)
     room = console.width - frame
     if sum(longest_line) <= room or sum(mins) > room:
         return table  # fits as it is; or not even the words fit: rich's own layout

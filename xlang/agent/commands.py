@@ -94,7 +94,20 @@ def run_command(
     from xlang.backend import require_build_tools
 
     require_build_tools([lang])  # nvcc for cuda_ptx, cuobjdump: before the run is created or a model called
-    result = run(cfg, on_turn)
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    # Between turns, one transient line per sample says what it waits for (the model, the build, the verdict).
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        rows: dict[int, int] = {}
+
+        def on_stage(k, turn_idx, n, what):
+            with lock:
+                if k not in rows:
+                    rows[k] = bar.add_task("", total=None)
+                bar.update(rows[k], description=f"sample {k} turn {turn_idx}/{n}: {what}")
+
+        result = run(cfg, on_turn, on_stage)
     table = Table(title=f"run {result.run_id}: {task} · {lang} · {arch} · {model}")
     for col in ("sample", "status", "turns", "best turn", "best category", "speedup", "note"):
         table.add_column(col)

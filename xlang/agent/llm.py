@@ -1,7 +1,7 @@
 """The LLM client: the only module in xlang that imports litellm (never at CLI import, never on the GPU worker).
 
 Provider errors that may pass (rate limits, overload, 5xx, timeouts, dropped connections) are retried with
-exponential backoff and jitter; others (authentication, bad request, context window) are returned as the turn's
+exponential backoff and jitter (tenacity); others (authentication, bad request, context window) are returned as the turn's
 error at once. Token usage comes from the response, cost from litellm.completion_cost (0 for unknown models).
 Reasoning models: the reasoning token count (usage.completion_tokens_details.reasoning_tokens, part of the
 completion tokens) and the reasoning text the provider returns (message.reasoning_content) are kept as well.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import socket
 import time
 from dataclasses import dataclass
@@ -124,20 +123,24 @@ class LLMClient:
         if seed is not None:
             kwargs["seed"] = seed
         start = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                resp = litellm.completion(model=self.model, messages=messages, drop_params=True,
-                                          timeout=self.timeout_s, num_retries=0, **kwargs)
-                break
-            except Exception as e:  # noqa: BLE001
-                if attempt <= self.retries and _retryable(e):
-                    delay = min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
-                    _sleep(delay)
-                    continue
-                return Reply(None, self.model, seconds=time.monotonic() - start, attempts=attempt,
-                             error=f"{type(e).__name__}: {str(e)[:2000]}")
+        attempts = 0
+
+        def call():
+            nonlocal attempts
+            attempts += 1
+            return litellm.completion(model=self.model, messages=messages, drop_params=True,
+                                      timeout=self.timeout_s, num_retries=0, **kwargs)
+
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), retry=retry_if_exception(_retryable),
+                            wait=wait_random_exponential(multiplier=self.backoff_s, max=self.max_backoff_s),
+                            sleep=lambda seconds: _sleep(seconds), reraise=True)
+        try:
+            resp = retrying(call)
+        except Exception as e:  # noqa: BLE001 - the provider's error is the turn's error
+            return Reply(None, self.model, seconds=time.monotonic() - start, attempts=attempts,
+                         error=f"{type(e).__name__}: {str(e)[:2000]}")
         choice = resp.choices[0] if resp.choices else None
         message = getattr(choice, "message", None) if choice else None
         text = getattr(message, "content", None)
@@ -150,7 +153,7 @@ class LLMClient:
                      prompt_tokens=getattr(usage, "prompt_tokens", None),
                      completion_tokens=getattr(usage, "completion_tokens", None),
                      total_tokens=getattr(usage, "total_tokens", None), cost_usd=cost,
-                     seconds=time.monotonic() - start, attempts=attempt, reasoning_tokens=reasoning_tokens(usage),
+                     seconds=time.monotonic() - start, attempts=attempts, reasoning_tokens=reasoning_tokens(usage),
                      reasoning=reasoning_text(message))
 
 

@@ -135,7 +135,8 @@ def _versions(source: Source) -> dict:
 
 
 class Run:
-    def __init__(self, cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None):
+    def __init__(self, cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None,
+                 on_stage: Callable[[int, int, int, str], None] | None = None):
         from xlang.archs import get_arch
         from xlang.backend import get_backend
         from xlang.task import get_task
@@ -159,6 +160,7 @@ class Run:
             self.notes = NoteIndex.from_file(cfg.notes_store) if cfg.notes != "none" else None
         self.cfg = cfg
         self.on_turn = on_turn or (lambda e: None)
+        self.on_stage = on_stage  # (sample, turn, turns, what it is doing now): progress displays
         self.task = get_task(cfg.task)
         self.arch = get_arch(cfg.arch)
         self.backend = get_backend(cfg.lang)
@@ -256,6 +258,8 @@ class Run:
                 break
             wall0 = time.monotonic()
             messages = P.build_messages(first_prompt, history, cfg.context)
+            if self.source.kind == "llm":
+                self._stage(k, turn_idx, turns, f"waiting for {cfg.model}")
             reply = self.source.reply(messages, k, turn_idx, seed)
             self.budget.add(reply.cost_usd)
             common = dict(messages=messages, reply=reply.text, prompt_tokens=reply.prompt_tokens,
@@ -275,7 +279,8 @@ class Run:
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
             j = judge(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
-                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms})
+                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms},
+                      on_stage=lambda what: self._stage(k, turn_idx, turns, what))
             v = j.verdict
             key = F.rank_key(v.category, v.speedup, v.to_dict())
             if best is None or key < best_key:
@@ -330,6 +335,13 @@ class Run:
         sc = V.scores(verdict)
         return sc["correct_with_target"] and (sc["speedup"] or 0.0) >= self.cfg.target_speedup
 
+    def _stage(self, k, turn_idx, turns, what):
+        if self.on_stage is not None:
+            try:
+                self.on_stage(k, turn_idx, turns, what)
+            except Exception:  # noqa: BLE001 - display problems never stop a run
+                pass
+
     def _emit(self, k, turn_idx, turns, category, detail, speedup, reply, error):
         try:
             self.on_turn(TurnEvent(self.run_id, k, turn_idx, turns, category, detail or "", speedup, reply.cost_usd,
@@ -338,5 +350,6 @@ class Run:
             pass
 
 
-def run(cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None) -> RunResult:
-    return Run(cfg, on_turn).execute()
+def run(cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None,
+        on_stage: Callable[[int, int, int, str], None] | None = None) -> RunResult:
+    return Run(cfg, on_turn, on_stage).execute()

@@ -99,7 +99,7 @@ def _fields(verdict: V.Verdict, **values) -> V.Verdict:
 
 
 def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime, workdir: Path,
-          no_code_note: str = "", options: dict | None = None) -> Judgement:
+          no_code_note: str = "", options: dict | None = None, on_stage=None) -> Judgement:
     """Category order as in xlang.verdict (STAGE_ORDER): no_code -> forbidden_call (static screen) ->
     compile_error -> (runtime: the profiler's verdict) | missing_instructions | static_ok.
 
@@ -108,7 +108,8 @@ def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime
     (a candidate correct without the required families is correct, but not correct with the target
     instructions). Without a runtime, a census that lacks required families gives missing_instructions.
     Each verdict records the toolchain it was made with (fingerprint.toolchain) and its build carries the
-    registers and spills of each kernel (build.resources)."""
+    registers and spills of each kernel (build.resources). on_stage(name) is told 'building', then 'evaluating'
+    when the runtime judges it (progress displays)."""
     from xlang.agent.buildinfo import kernel_resources, toolchain_versions
     from xlang.backend import build_candidate, get_backend
 
@@ -120,6 +121,8 @@ def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime
     reasons = backend.screen(code)
     if reasons:
         return Judgement(V.Verdict(V.FORBIDDEN_CALL, detail="; ".join(reasons), **base), None)
+    stage = on_stage or (lambda name: None)
+    stage("building")
     start = time.monotonic()
     build = (runtime.build or build_candidate)(code, lang, task, arch, shape, workdir=workdir)
     build_s = time.monotonic() - start
@@ -142,6 +145,7 @@ def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime
                             (V.STATIC_OK, f"compiled for {arch.sm}; required families present"))
         return Judgement(_fields(V.Verdict(category, detail=detail, build=bd, **base), compiled=True,
                                  census_ok=census_ok), build, build_s)
+    stage(f"evaluating ({runtime.name})")
     start = time.monotonic()
     try:
         verdict = runtime.evaluate(code, build, lang, task, arch, shape, dict(options or {}))

@@ -18,6 +18,9 @@ console = Console()
 _STYLE = {"ok": "green", "static_ok": "cyan"}
 
 
+NOT_RUN_EXIT = 4  # `xlang eval`: it compiled, but its runtime verdict could not be made (no GPU of the arch here)
+
+
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
 
@@ -43,7 +46,8 @@ def eval_command(
     timeout: float = typer.Option(300.0, help="wall-clock limit of each worker stage, seconds"),
     workdir: Optional[Path] = typer.Option(None, help="keep the build, logs and tool outputs here"),
 ):
-    """Judge a candidate on the GPU: build, correctness, memcheck, executed instructions (ncu), speed vs vendor."""
+    """Judge a candidate on the GPU: build, correctness, memcheck, executed instructions (ncu), speed vs vendor.
+    Exit 0 when ok, 1 for any other verdict, 4 when it compiled but no GPU of the arch could judge it."""
     from xlang.archs import get_arch, parse_required
     from xlang.backend import get_backend
     from xlang.profiler.evaluate import EvalOptions, evaluate
@@ -82,7 +86,11 @@ def eval_command(
         print(json.dumps(v.to_dict(), indent=1, default=str))
     else:
         print_verdict(v)
-    if v.category not in ("ok", "static_ok"):
+    if v.category == "static_ok":  # runtime was asked for and did not run: never read as a pass
+        typer.echo(f"not judged: {v.runtime_note or 'the runtime did not run'} (exit {NOT_RUN_EXIT}; "
+                   "`xlang build` is the static check)", err=True)
+        raise typer.Exit(NOT_RUN_EXIT)
+    if v.category != "ok":
         raise typer.Exit(1)
 
 

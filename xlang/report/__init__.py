@@ -106,19 +106,39 @@ def _cell_class(column: str, text: str) -> str:
     if column in tables.RATE_COLUMNS and "%" in text:
         pct = float(text.split("%")[0])
         return "num " + ("good" if pct >= 75 else "mid" if pct > 0 else "bad")
-    if column in (*tables.SPEED_COLUMNS, "n") or column.endswith("speedup"):
+    if column in (*tables.SPEED_COLUMNS, *tables.THROUGHPUT_COLUMNS, "n") or column.endswith("speedup"):
         return "num"
     return ""
 
 
+NOTE_MARKS = "¹²³⁴⁵⁶⁷⁸⁹"
+
+
 def _rows(display: pd.DataFrame, group: str | None = "task") -> dict:
-    rows, last = [], None
+    """A table for the HTML page. A "not run (why)" is said once, under the table, and marked in the cells
+    ("not run¹"): repeated in every runtime column it made the columns wide and each cell four lines tall."""
+    rows, last, notes = [], None, {}
+
+    def short(text: str) -> str:
+        if not text.startswith("not run (") or len(text) <= len("not run ()"):
+            return text
+        if text not in notes:
+            notes[text] = NOTE_MARKS[len(notes)] if len(notes) < len(NOTE_MARKS) else f"[{len(notes) + 1}]"
+        return f"not run{notes[text]}"
+
     for r in display.to_dict("records"):
-        cells = [(_text(r[c]), _cell_class(str(c), _text(r[c]))) for c in display.columns]
+        cells = []
+        for c in display.columns:
+            text, cls = short(_text(r[c])), _cell_class(str(c), _text(r[c]))
+            if cls.startswith("num"):  # '100% (1/1)' stays on one line; an interval after it may wrap
+                text = text.replace(" (", "\u00a0(")
+            cells.append((text, cls))
         key = r.get(group) if group else None
         rows.append({"cells": cells, "group": last is not None and key != last})
         last = key
-    return {"columns": [str(c) for c in display.columns], "rows": rows}
+    # headers wrap between words: completion_tokens_per_turn is shown as "completion tokens per turn"
+    return {"columns": [str(c).replace("_", " ") for c in display.columns], "rows": rows,
+            "notes": [f"{mark} {text}" for text, mark in notes.items()]}
 
 
 def _text(v) -> str:
@@ -240,16 +260,19 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
         (plots.transitions_plot(t["transitions"], out / "plots" / "transitions.png"),
          "Turn-to-turn transitions",
          "Rows: the category at turn t; columns: at turn t+1; colour: share of the row; numbers: counts."),
-        (plots.tokens_plot(t["samples"], out / "plots" / "tokens_vs_speedup.png"),
-         "Tokens against best speedup",
-         "One point per sample: its completion tokens (reasoning included) and its best speedup among candidates "
-         "correct with the target instructions (0: none)."),
+        *([(plots.tokens_plot(t["samples"], out / "plots" / "tokens_vs_speedup.png"),
+            "Tokens against best speedup",
+            "One point per sample: its completion tokens (reasoning included) and its best speedup among candidates "
+            "correct with the target instructions (0: none).")] if plots.has_tokens(t["samples"]) else []),
         (plots.mix_plot(t["instruction_mix"], out / "plots" / "instruction_mix.png"),
          "SASS instruction mix per language",
          "Static SASS census of each run's best compiled candidate, per language and architecture."),
     ]
 
     engine = parquet_engine()
+    stale = out / "plots" / "tokens_vs_speedup.png"  # from an earlier report into the same folder
+    if not plots.has_tokens(t["samples"]) and stale.is_file():
+        stale.unlink()
     report = Report(out, out / "index.html", out / "report.md", plots=[p for p, _, _ in plot_files], tables=t)
     for name in [*TABLE_FILES, *(["custom"] if by else [])]:
         df = t[name]
@@ -277,7 +300,9 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
         ("cells (task × arch × lang × model)", str(len(stats))),
         ("cells with runtime results", str(int(stats["runtime_ran"].sum())) if len(stats) else "0"),
         ("missing solutions", str(int(stats["missing"].sum())) if len(stats) else "0"),
-        ("harness version of the verdicts", harness or "not recorded"),
+        ("harness version of the verdicts", harness or (
+            "none ran: static census only" if ds.turns.empty or not ds.turns["runtime_ran"].any()
+            else "not recorded")),
     ]
     models = sorted(ds.runs["model"].dropna().unique()) if not ds.empty else []
     title = title or f"xlang report — {', '.join(langs) or 'no languages'} on {', '.join(archs) or 'no architecture'}"

@@ -30,7 +30,7 @@ RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit
                "context", "notes", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
                 "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "peer_speedup",
-                "peer_note", "tflops", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "idle_ms",
+                "peer_note", "tflops", "gbps", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "idle_ms",
                 "vendor_idle_ms", "harness", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens",
                 "cost_usd", "detail"]
 # What a report can group by and filter on (run columns), with the names the command line also accepts.
@@ -122,6 +122,21 @@ def _ordered(values, order) -> list[str]:
     return [v for v in order if v in values] + sorted(v for v in values if v not in order)
 
 
+def _gbps(run: dict, verdict: dict, ms) -> float | None:
+    """GB/s of a timed candidate: the fewest bytes its task must move (Task.min_bytes, where the task defines one)
+    at the verdict's shape, over its median time. None where either is unknown."""
+    from xlang.task import get_task
+
+    try:
+        task = get_task(run["task"])
+        shape = task.shape({**(run.get("shape") or {}), **(verdict.get("shape") or {})})
+        if task.min_bytes is None or not ms:
+            return None
+        return task.min_bytes(shape) / (float(ms) * 1e-3) / 1e9
+    except Exception:  # noqa: BLE001 - a task no longer known, a shape it refuses: no figure
+        return None
+
+
 def _turn_row(run: dict, turn: dict) -> dict:
     v = turn.get("verdict") or {}
     sc = scores(v)
@@ -141,6 +156,7 @@ def _turn_row(run: dict, turn: dict) -> dict:
         "peer_speedup": sc["peer_speedup"],
         "peer_note": peer_note(v) if sc["correct"] else "",  # why a timed, correct candidate has no peer speedup
         "tflops": timing.get("tflops") if sc["correct"] else None,
+        "gbps": _gbps(run, v, timing.get("candidate_ms")) if sc["correct"] else None,
         # the card's mean SM clock while the candidate and the vendor were timed (None before it was recorded)
         "sm_clock_mhz": (timing.get("candidate_power") or {}).get("sm_clock_mhz"),
         "vendor_sm_clock_mhz": (timing.get("baseline_power") or {}).get("sm_clock_mhz"),
@@ -205,7 +221,7 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
     if not turns_df.empty:
         turns_df["speedup"] = pd.to_numeric(turns_df["speedup"], errors="coerce")
         turns_df["peer_speedup"] = pd.to_numeric(turns_df["peer_speedup"], errors="coerce")
-        for col in ("tflops", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "prompt_tokens",
+        for col in ("tflops", "gbps", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "prompt_tokens",
                     "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd"):
             turns_df[col] = pd.to_numeric(turns_df[col], errors="coerce")
     return Dataset(runs_df, turns_df, opcodes, envs, source)

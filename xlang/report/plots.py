@@ -56,13 +56,28 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
     if not archs or not langs:
         return _empty(path, "no results in the store yet")
     plt = _plt()
+    fig = speedup_figure(stats, archs, langs, tasks)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+VALUE_LABEL = "value-label"  # the gid of each bar's value label (tests measure that none overlaps another)
+
+
+def speedup_figure(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks: list[str]):
+    """The figure of speedup_plot. Each bar's value is written upright along the bar, inside it where the bar has
+    room clear of its error bar and its peer marker, else just above both: labels never meet each other's or the
+    markers (each stays within its own bar's width)."""
+    plt = _plt()
     models = list(dict.fromkeys(stats["model"])) or [""]
     fig, axes = plt.subplots(len(models), max(1, len(archs)), figsize=(max(5.0, 4.2 * len(archs)),
                                                                        0.6 + 3.0 * len(models)),
-                             squeeze=False, sharey=True)
+                             squeeze=False, sharey=True, dpi=DPI)
     width = 0.8 / max(1, len(langs))
     ymax = 1.2
     any_peer = False
+    labels = []  # (ax, x, value, text, lower error, upper error, peer or None)
     for row, model in zip(axes, models):
         for ax, arch in zip(row, archs):
             sub = stats[(stats["arch"] == arch) & (stats["model"] == model)]
@@ -76,7 +91,7 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
                 _note(ax, note + "\nstatic census only")
                 continue
             for j, lang in enumerate(langs):
-                xs, ys, labels, errs = [], [], [], [[], []]
+                xs, ys, errs = [], [], [[], []]
                 peer_xs, peer_ys = [], []
                 for i, task in enumerate(tasks):
                     hit = sub[(sub["task"] == task) & (sub["lang"] == lang)]
@@ -84,31 +99,56 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
                     if hit.empty:
                         continue
                     r = hit.iloc[0]
+                    peer = None
+                    if not r["missing"] and r.get("n_peer_speedup") and not math.isnan(r["best_peer_speedup"]):
+                        peer = float(r["best_peer_speedup"])
+                        peer_xs.append(x)
+                        peer_ys.append(peer)
                     if r["missing"]:
                         ax.text(x, 0.02, "missing", rotation=90, ha="center", va="bottom", fontsize=7, color="#999")
                     elif r["n_speedup"] and not math.isnan(r["best_speedup"]):
+                        best, lo, hi = float(r["best_speedup"]), r["best_speedup_lo"], r["best_speedup_hi"]
                         xs.append(x)
-                        ys.append(r["best_speedup"])
-                        labels.append(f"{r['best_speedup']:.2f}")
-                        lo, hi = r["best_speedup_lo"], r["best_speedup_hi"]
-                        errs[0].append(0 if math.isnan(lo) else r["best_speedup"] - lo)
-                        errs[1].append(0 if math.isnan(hi) else hi - r["best_speedup"])
+                        ys.append(best)
+                        errs[0].append(0 if math.isnan(lo) else best - lo)
+                        errs[1].append(0 if math.isnan(hi) else hi - best)
+                        labels.append((ax, x, best, f"{best:.2f}", errs[0][-1], errs[1][-1], peer))
                     elif r["runtime_ran"]:
                         ax.text(x, 0.02, "none correct\nwith target", rotation=90, ha="center", va="bottom",
                                 fontsize=7, color="#999")
-                    if not r["missing"] and r.get("n_peer_speedup") and not math.isnan(r["best_peer_speedup"]):
-                        peer_xs.append(x)
-                        peer_ys.append(r["best_peer_speedup"])
-                bars = ax.bar(xs, ys, width * 0.92, color=_color(lang), label=lang, yerr=errs if xs else None,
-                              error_kw={"lw": 0.8, "capsize": 2, "ecolor": "#444"})
-                ax.bar_label(bars, labels=labels, fontsize=7, padding=1)
+                ax.bar(xs, ys, width * 0.92, color=_color(lang), label=lang, yerr=errs if xs else None,
+                       error_kw={"lw": 0.8, "capsize": 2, "ecolor": "#444"})
                 if peer_xs:  # × best peer, beside × vendor (the bar)
                     ax.scatter(peer_xs, peer_ys, **PEER_MARKER)
                     any_peer = True
                 ymax = max([ymax, *[y * 1.18 for y in ys + peer_ys]])
         row[0].set_ylabel("best speedup (×)")
+    # Where each label goes, in data units of the shared y axis: a label is about text_h tall (7 pt, 4 characters,
+    # upright, on an axis about 2.3 in tall) and a marker about mark tall.
+    text_h, mark, gap = 0.12 * ymax, 0.035 * ymax, 0.015 * ymax
+    top = ymax
+    placed = []
+    for ax, x, value, text, err_lo, err_hi, peer in labels:
+        blocked = [(value - err_lo - gap, value + err_hi + gap)]  # the error bar (inside and above the bar)
+        if peer is not None:
+            blocked.append((peer - mark - gap, peer + mark + gap))
+        free, start = [], gap
+        for lo, hi in sorted(blocked):
+            if lo > start:
+                free.append((start, min(lo, value - gap)))
+            start = max(start, hi)
+        room = [(lo, hi) for lo, hi in free if hi - lo >= text_h and hi <= value]
+        if room:
+            lo, hi = max(room, key=lambda seg: seg[1] - seg[0])
+            placed.append((ax, x, (lo + hi) / 2, "center", text, "white"))
+        else:
+            above = max(hi for _, hi in blocked) + gap
+            placed.append((ax, x, above, "bottom", text, "#222"))
+            top = max(top, above + text_h + gap)
+    for ax, x, y, va, text, colour in placed:
+        ax.text(x, y, text, rotation=90, ha="center", va=va, fontsize=7, color=colour, gid=VALUE_LABEL, zorder=4)
     for ax in axes.flat:
-        ax.set_ylim(0, ymax)
+        ax.set_ylim(0, top)
     handles = [plt.Rectangle((0, 0), 1, 1, color=_color(lang)) for lang in langs]
     names = list(langs)
     if any_peer:
@@ -116,9 +156,7 @@ def speedup_plot(stats: pd.DataFrame, archs: list[str], langs: list[str], tasks:
         names.append("× best peer")
     fig.legend(handles, names, loc="upper center", ncol=len(names), bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (0.6 + 3.0 * len(models))))
-    fig.savefig(path, dpi=DPI)
-    plt.close(fig)
-    return path
+    return fig
 
 
 PEER_MARKER = {"marker": "D", "s": 16, "facecolors": "none", "edgecolors": "#222", "zorder": 3}
@@ -271,10 +309,22 @@ def transitions_plot(transitions: pd.DataFrame, path: Path) -> Path:
     return path
 
 
+def _token_points(samples: pd.DataFrame) -> pd.DataFrame:
+    """The samples whose model was called: a token count above 0 (the reference model and replays call none)."""
+    if samples.empty:
+        return samples
+    return samples[pd.to_numeric(samples["completion_tokens"], errors="coerce").fillna(0) > 0]
+
+
+def has_tokens(samples: pd.DataFrame) -> bool:
+    """Whether a tokens plot has anything to show (the report leaves it out otherwise)."""
+    return not _token_points(samples).empty
+
+
 def tokens_plot(samples: pd.DataFrame, path: Path) -> Path:
     """One point per sample: completion tokens (reasoning included) against its best speedup among candidates
-    correct with the target instructions (0: none), coloured by model."""
-    pts = samples.dropna(subset=["completion_tokens"]) if not samples.empty else samples
+    correct with the target instructions (0: none), coloured by model; samples that called no model are left out."""
+    pts = _token_points(samples)
     if pts.empty:
         return _empty(path, "no token counts recorded (reference or replayed runs)")
     plt = _plt()

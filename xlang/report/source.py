@@ -2,7 +2,8 @@
 
 One report record per trajectory (a `samples` row): its run's task / lang / arch / model / limits / docs level /
 context policy / shape, its prompt variant and status, and its turns with their verdicts, tokens (reasoning
-included) and cost. A store written before a column existed reads as that column empty. The store's `runs.versions_json` and each runtime verdict's fingerprint are
+included) and cost; a turn whose model call never got a reply (a provider error, kept in the sample's note) is no
+candidate and is left out. A store written before a column existed reads as that column empty. The store's `runs.versions_json` and each runtime verdict's fingerprint are
 the environment fingerprints printed on the report.
 """
 
@@ -39,6 +40,8 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
                 envs.append(env)
         turns = []
         for t in turns_by_sample.get((s["run_id"], s["sample_idx"]), []):
+            if t.get("error") and not t.get("category") and not t.get("verdict"):
+                continue  # the model never replied (a provider error): nothing was evaluated
             verdict = dict(t.get("verdict") or {})
             if not verdict:
                 verdict = {"category": t.get("category") or ""}

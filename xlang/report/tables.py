@@ -61,7 +61,6 @@ def mix_class(opcode: str) -> str:
     return MIX_OTHER
 
 
-Z95 = 1.959963984540054
 BOOTSTRAP = 2000
 RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
             "turns_limit"]
@@ -71,29 +70,40 @@ STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "ru
                 "n_correct_with_arch", "correct_with_arch_rate", "correct_with_arch_lo", "correct_with_arch_hi",
                 "best_speedup", "best_speedup_lo", "best_speedup_hi", "n_speedup",
                 "best_speedup_correct", "best_speedup_correct_lo", "best_speedup_correct_hi", "n_speedup_correct",
-                "best_peer_speedup", "best_peer_speedup_lo", "best_peer_speedup_hi", "n_peer_speedup", "peer_note"]
+                "best_peer_speedup", "best_peer_speedup_lo", "best_peer_speedup_hi", "n_peer_speedup", "peer_note",
+                "best_tflops", "best_gbps"]
 
 
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of k successes in n trials ((nan, nan) when n == 0)."""
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of k successes in n trials ((nan, nan) when n == 0): scipy.stats."""
     if n == 0:
         return math.nan, math.nan
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    from scipy.stats import binomtest
+
+    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=0.95, method="wilson")
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
 
 
 def bootstrap_max(values, resamples: int = BOOTSTRAP, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap (95%) of the best of the values (one per sample; nan, a sample with none, counts 0)."""
+    """Percentile bootstrap (95%) of the best of the values (one per sample; nan, a sample with none, counts 0):
+    scipy.stats.bootstrap, a fixed seed."""
+    import warnings
+
+    from scipy.stats import bootstrap
+
     v = np.nan_to_num(np.asarray(values, dtype=float), nan=0.0)
     if len(v) < 2:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    best = v[rng.integers(0, len(v), size=(resamples, len(v)))].max(axis=1)
-    lo, hi = np.percentile(best, [2.5, 97.5])
-    return float(lo), float(hi)
+    if np.all(v == v[0]):  # every resample's best is that value (scipy warns on such data)
+        return float(v[0]), float(v[0])
+    options = dict(n_resamples=resamples, method="percentile", confidence_level=0.95, vectorized=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy's note that few distinct values make a coarse interval
+        try:
+            res = bootstrap((v,), np.max, rng=np.random.default_rng(seed), **options)
+        except TypeError:  # scipy before 1.15 names the generator random_state
+            res = bootstrap((v,), np.max, random_state=np.random.default_rng(seed), **options)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def _sum(s: pd.Series) -> float:
@@ -118,7 +128,7 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     if limit is not None:
         turns = turns[turns["turn"] <= limit]
     cols = ["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run", "best_speedup",
-            "best_speedup_correct", "best_peer_speedup", "peer_note", "turns", "prompt_tokens", "completion_tokens",
+            "best_speedup_correct", "best_peer_speedup", "peer_note", "best_tflops", "best_gbps", "turns", "prompt_tokens", "completion_tokens",
             "reasoning_tokens", "cost_usd", "runtime_note"]
     if turns.empty:
         agg = pd.DataFrame(columns=cols, index=pd.Index([], dtype=object, name="run_id"))
@@ -127,13 +137,15 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
         t = turns.assign(target_speedup=turns["speedup"].where(target),
                          target_peer_speedup=turns["peer_speedup"].where(target),
                          target_peer_note=turns["peer_note"].where(target, ""),
+                         target_tflops=turns["tflops"].where(target), target_gbps=turns["gbps"].where(target),
                          not_run=turns["runtime_note"].str.startswith("not run"))
         agg = t.groupby("run_id").agg(
             compiled=("compiled", "any"), census_ok=("census_ok", "any"), correct=("correct", "any"),
             correct_with_arch=("correct_with_arch", "any"), runtime_ran=("runtime_ran", "any"),
             any_not_run=("not_run", "any"), best_speedup=("target_speedup", "max"),
             best_speedup_correct=("speedup", "max"), best_peer_speedup=("target_peer_speedup", "max"),
-            peer_note=("target_peer_note", _first_text), turns=("turn", "count"),
+            peer_note=("target_peer_note", _first_text), best_tflops=("target_tflops", "max"),
+            best_gbps=("target_gbps", "max"), turns=("turn", "count"),
             prompt_tokens=("prompt_tokens", _sum), completion_tokens=("completion_tokens", _sum),
             reasoning_tokens=("reasoning_tokens", _sum), cost_usd=("cost_usd", _sum),
             runtime_note=("runtime_note", _first_text))
@@ -144,8 +156,8 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     out["runtime_note"] = out["runtime_note"].fillna("")
     out["peer_note"] = out["peer_note"].fillna("")
     out["turns"] = pd.to_numeric(out["turns"], errors="coerce").fillna(0).astype(int)
-    for col in ("best_speedup", "best_speedup_correct", "best_peer_speedup", "prompt_tokens", "completion_tokens",
-                "reasoning_tokens", "cost_usd"):
+    for col in ("best_speedup", "best_speedup_correct", "best_peer_speedup", "best_tflops", "best_gbps",
+                "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd"):
         out[col] = pd.to_numeric(out[col], errors="coerce")
     return out.reset_index(drop=True)
 
@@ -191,6 +203,10 @@ def _group_stats(done: pd.DataFrame, group_runs: pd.DataFrame) -> dict:
         "n_peer_speedup": n_best_p,
         # Why no peer speedup where candidates correct with target were timed (e.g. the peer is not installed).
         "peer_note": "" if n_best_p else _first_text(ran["peer_note"]),
+        # the fastest candidate correct with target: its TFLOP/s (task FLOPs over its median time) and GB/s (the
+        # fewest bytes the task must move over that time; tasks without Task.min_bytes have none)
+        "best_tflops": ran["best_tflops"].max() if nr else math.nan,
+        "best_gbps": ran["best_gbps"].max() if nr else math.nan,
     }
 
 
@@ -224,12 +240,19 @@ def score(ds: Dataset, by=KEY, limits=None) -> pd.DataFrame:
     return sort_cells(pd.DataFrame(rows, columns=[*order, *STAT_COLUMNS]), order)
 
 
+def cell_keys(ds: Dataset) -> list[str]:
+    """task × arch × lang × model, and the shape where a cell was run at several (a --shape sweep)."""
+    swept = not ds.runs.empty and (ds.runs.groupby(KEY)["shape"].nunique() > 1).any()
+    return [*KEY[:1], "shape", *KEY[1:]] if swept else list(KEY)
+
+
 def cell_stats(ds: Dataset, limit: int | None = None) -> pd.DataFrame:
-    """One row per task × arch × lang × model with the PTXBench figures and their n (each sample's first `limit`
-    turns; all of them when None)."""
+    """One row per task × arch × lang × model (× shape, in a sweep) with the PTXBench figures and their n (each
+    sample's first `limit` turns; all of them when None)."""
+    keys = cell_keys(ds)
     if limit is None:
-        return score(ds, KEY)
-    return score(ds, KEY, (limit,)).drop(columns=["turns"])
+        return score(ds, keys)
+    return score(ds, keys, (limit,)).drop(columns=["turns"])
 
 
 def sort_cells(df: pd.DataFrame, by=("task", "arch", "lang")) -> pd.DataFrame:
@@ -248,6 +271,8 @@ def sort_cells(df: pd.DataFrame, by=("task", "arch", "lang")) -> pd.DataFrame:
             return s.map(ranks[s.name]).fillna(99)
         if s.name in ("D", "gqa", "turns", "turn", "turns_limit"):
             return pd.to_numeric(s, errors="coerce").fillna(-1)
+        if s.name == "shape":  # M=1024 before M=8192: sizes compared as numbers
+            return s.astype(str).str.replace(r"\d+", lambda m: m.group().zfill(12), regex=True)
         return s.astype(str)
 
     return df.sort_values(by, kind="stable", key=key).reset_index(drop=True)
@@ -261,6 +286,9 @@ COL_TARGET = "correct with target instr."
 COL_SPEED = "best speedup (correct with target)"
 COL_SPEED_ALL = "best speedup (all correct)"
 COL_SPEED_PEER = "best× peer (target)"  # over the fastest peer that ran, among candidates correct with target
+COL_TFLOPS = "TFLOP/s (target)"  # the fastest candidate correct with target (cells table)
+COL_GBPS = "GB/s (target)"
+THROUGHPUT_COLUMNS = (COL_TFLOPS, COL_GBPS)
 SPEED_COLUMNS = (COL_SPEED, COL_SPEED_ALL, COL_SPEED_PEER)
 RATE_COLUMNS = ("compiled", COL_STATIC, COL_CORRECT, COL_TARGET)
 AXIS_LABELS = {"prompt_variant": "prompt variant", "turns_limit": "turn limit (run)", "turns": "turns",
@@ -336,9 +364,30 @@ def format_scores(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
-    """The per-cell table (task × arch × lang, and model when there are several) as display strings."""
-    keys = ["task", "arch", "lang"] + (["model"] if stats["model"].nunique() > 1 else [])
-    return format_scores(stats, keys)
+    """The per-cell table (task × arch × lang, the shape in a sweep, and model when there are several) as display
+    strings, with the fastest target candidate's TFLOP/s and GB/s beside its speedup."""
+    keys = ["task", *(["shape"] if "shape" in stats.columns else []), "arch", "lang"] \
+        + (["model"] if stats["model"].nunique() > 1 else [])
+    out = format_scores(stats, keys)
+    if "shape" in out.columns:  # a sweep: show the sizes that vary within each task, not the ones all share
+        for task in out["task"].unique():
+            rows = out["task"] == task
+            parts = [text.split(",") for text in out.loc[rows, "shape"]]
+            common = set.intersection(*map(set, parts)) if len(parts) > 1 else set()
+            out.loc[rows, "shape"] = [",".join(p for p in ps if p not in common) or ",".join(ps) for ps in parts]
+    at = out.columns.get_loc(COL_SPEED) + 1
+    for col, field, digits in ((COL_TFLOPS, "best_tflops", 0), (COL_GBPS, "best_gbps", 0)):
+        values = [_throughput(r, field, digits, text) for r, text in zip(stats.to_dict("records"), out[COL_SPEED])]
+        out.insert(at, col, values)
+        at += 1
+    return out
+
+
+def _throughput(r: dict, field: str, digits: int, speed_text: str) -> str:
+    value = r.get(field)
+    if isinstance(value, (int, float)) and not math.isnan(value):
+        return f"{value:.{digits}f}"
+    return speed_text if speed_text in ("missing",) or speed_text.startswith("not run") else "–"
 
 
 # ------------------------------------------------------------------------------------------ the article's tables
