@@ -22,7 +22,7 @@ HERE = Path(__file__).parent / "kernels" / "isolation"
 SECRET = "sk-xlang-test-secret-0123456789"
 
 
-def _check(tmp_path, candidate: str, shapes=None, env=None):
+def _check(tmp_path, candidate: str, shapes=None, env=None, runner_env=None):
     task = get_task("gemm")
     shapes = shapes or task.draw_shapes({"M": 64, "N": 64, "K": 64}, random.Random(1), 2)
     shapes = [{k: min(v, 96) // 8 * 8 or 8 for k, v in s.items()} for s in shapes]
@@ -32,7 +32,7 @@ def _check(tmp_path, candidate: str, shapes=None, env=None):
     spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu",
             "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
             "readable": [str(build)], "trials": [(s, "normal", 10 + i) for i, s in enumerate(shapes)],
-            "timing": {"enabled": False}, "call_timeout_s": 60}
+            "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}}
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
     return run_stage({**spec, "mode": "check"}, work, "check", 120, env=env)
@@ -493,3 +493,39 @@ def test_a_judge_whose_caller_is_already_gone_exits():
     not_the_parent = str(2 ** 22 + 12345)  # above Linux's pid_max: no process has it
     out = subprocess.run([sys.executable, "-c", _CHILD, not_the_parent], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and out.stdout == ""
+
+
+# ---- out-of-bounds accesses fault in every run (guard ranges, canaries) -------------------------------------
+@pytest.mark.parametrize("how", ["read-after:A", "write-after:C", "read-before:B", "write-before:C"])
+def test_an_access_just_outside_a_buffer_is_a_memory_error(tmp_path, how):
+    """Each buffer lies between unmapped guard pages (PROT_NONE here, unmapped VA on a GPU): one element past
+    the end or before the start faults (SIGSEGV in the runner) without any sanitizer. 64x64 bf16 is two whole
+    pages, so both ends of every buffer meet a guard."""
+    run = _check(tmp_path, "cpu_gemm_out_of_bounds.py", shapes=[{"M": 64, "N": 64, "K": 64}],
+                 runner_env={"XLANG_TEST_OOB": how})
+    assert run.result["status"] == "memory_error", run.result
+    assert "SIGSEGV" in run.result["detail"] and "guard" in run.result["detail"]
+    assert "correctness" not in run.result
+
+
+def test_a_write_into_the_slack_before_a_buffer_damages_its_canary(tmp_path):
+    """40x56 bf16 is not a whole page: the buffer ends flush with its mapping and the bytes before it are
+    canaries, checked after every call."""
+    run = _check(tmp_path, "cpu_gemm_out_of_bounds.py", shapes=[{"M": 40, "N": 48, "K": 56}],
+                 runner_env={"XLANG_TEST_OOB": "write-before:C"})
+    assert run.result["status"] == "memory_error", run.result
+    assert "wrote outside C" in run.result["detail"] and "up to 2 bytes before its start" in run.result["detail"]
+
+
+def test_the_buffer_layout_ends_flush_and_starts_after_a_guard():
+    from xlang.profiler.buffers import GUARD_BYTES, MIN_ALIGN, layout, start_alignment
+
+    gran = 2 << 20
+    for nbytes in (16, 4480, 3 * 2**20 + 48, 2**21, 8192 * 5120 * 2):
+        size, offset, guard, reserve = layout(nbytes, gran)
+        assert offset + nbytes == size  # the last byte is the last mapped byte
+        assert (guard + offset) % start_alignment(nbytes) == 0 and start_alignment(nbytes) >= MIN_ALIGN
+        assert guard >= GUARD_BYTES and reserve == 2 * guard + size and size % gran == 0
+    assert start_alignment(8192 * 5120 * 2) == 256 and start_alignment(40 * 56 * 2) == 64
+    size, offset, _, _ = layout(18, gran)  # not a multiple of 16: under 16 canary bytes after it
+    assert size - offset - 18 == 14

@@ -206,9 +206,9 @@ def fingerprint(torch) -> dict:
 class RunnerGone(Exception):
     """The candidate's process died, closed the connection, or did not answer in time."""
 
-    def __init__(self, detail: str, timed_out: bool = False):
+    def __init__(self, detail: str, timed_out: bool = False, fault: str | None = None):
         super().__init__(detail)
-        self.timed_out = timed_out
+        self.timed_out, self.fault = timed_out, fault
 
 
 def stage_uids(spec: dict) -> list[int]:
@@ -305,9 +305,10 @@ class Runner:
                         raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
                     if self.proc.poll() is not None:  # e.g. the candidate killed the tool it runs under
                         raise RunnerGone(self._death(None, "it stopped answering, and the process we started for "
-                                                           "it (its jail, or the tool it runs under) is gone"))
+                                                           "it (its jail, or the tool it runs under) is gone"),
+                                         fault=self._fault())
         except (OSError, EOFError, ValueError) as e:
-            raise RunnerGone(self._death(e)) from None
+            raise RunnerGone(self._death(e), fault=self._fault()) from None
         for fd in extra:  # nothing the candidate sends us is kept
             os.close(fd)
         if not isinstance(reply, dict):
@@ -324,6 +325,15 @@ class Runner:
         tail = "\n".join((self.err.text(0.5) or self.out.text(0.5)).strip().splitlines()[-12:])[-2500:]
         how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
         return f"the candidate's process ended ({how}): {why or type(e).__name__}" + (f"\n{tail}" if tail else "")
+
+    def _fault(self) -> str | None:
+        """SIGSEGV / SIGBUS when the process we started died of one: directly (-11), or as bubblewrap reports its
+        command's death (128 + 11). Read after _death, which waited for the process."""
+        code = self.proc.poll()
+        for sig in (11, 7):
+            if code in (-sig, 128 + sig):
+                return "SIGSEGV" if sig == 11 else "SIGBUS"
+        return None
 
     def close(self, wait_s: float = 30.0, orphan_grace_s: float = 15.0) -> None:
         """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap).
@@ -414,6 +424,23 @@ def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
 
 # ---- one call on the judge's buffers ---------------------------------------------------------------------
 
+# How CUDA says a kernel touched memory it may not (CUDA_ERROR_ILLEGAL_ADDRESS 700, _MISALIGNED_ADDRESS 716,
+# _INVALID_ADDRESS_SPACE 717), as torch, Triton's launcher, the runtime API and cuda-python spell it.
+_MEMORY_FAULT = re.compile(r"illegal memory access|an illegal address|ILLEGAL_ADDRESS|IllegalAddress|"
+                           r"misaligned address|MISALIGNED_ADDRESS|MisalignedAddress|invalid address space|"
+                           r"INVALID_ADDRESS_SPACE|InvalidAddressSpace")
+_MEMORY_FAULT_CODES = (700, 716, 717)
+GUARD_HINT = ("an illegal memory access in the candidate's call (no sanitizer in this run): every buffer the "
+              "harness passes ends flush against an unmapped guard range and starts after one, so an access past "
+              "its end or before its start faults; check the bounds of loads and stores (tails where a size is "
+              "not a multiple of the tile, the last tile, TMA descriptor extents)")
+
+
+def memory_fault(text: str) -> bool:
+    """Whether an error text (the candidate's process's report, or the observer's) is a memory fault."""
+    return bool(_MEMORY_FAULT.search(text or ""))
+
+
 class Outcome(Exception):
     """A stage's verdict, raised where it is found: status and what a person or a model can act on."""
 
@@ -453,7 +480,8 @@ class Call:
         for s in self.shared.values():
             s.poison_slack()
 
-    def run(self, runner: Runner, timeout: float, nvtx: str | None = None, primer: bool = False) -> None:
+    def run(self, runner: Runner, timeout: float, nvtx: str | None = None, primer: bool = False,
+            where: str = "") -> None:
         if runner not in self.mapped:
             bufs = list(self.shared.values())
             reply = runner.request({"op": "map", "set": self.id, "buffers": [b.meta.to_dict() for b in bufs]},
@@ -466,21 +494,30 @@ class Call:
             reply = runner.request({"op": "call", "set": self.id, "sizes": self.sizes, "nvtx": nvtx, "primer": primer},
                                    timeout=timeout)
         except RunnerGone as e:
+            if e.fault:  # its process died of SIGSEGV / SIGBUS: a CPU-side access outside what it may touch
+                raise Outcome("memory_error", f"the candidate's process was killed by {e.fault} during its call "
+                                              f"({where or format_shape(self.shape)}): an invalid memory access "
+                                              f"in its host code, or one past the end or before the start of a "
+                                              f"buffer the harness passed (each lies between unmapped guard "
+                                              f"pages).\n{e}") from None
             raise Outcome("timeout" if e.timed_out else "runtime_error", f"the candidate's call: {e}") from None
         if reply.get("op") == "error":
             detail = str(reply.get("detail", ""))[:4000]
-            if "illegal memory access" in detail or "an illegal address" in detail.lower():
-                raise Outcome("memory_error", "an illegal memory access (outside the harness's buffers: their "
-                                              "guard pages are unmapped):\n" + detail)
+            if memory_fault(detail):
+                raise Outcome("memory_error", f"{GUARD_HINT} ({where or format_shape(self.shape)}). What the "
+                                              f"candidate's process reported:\n{detail}")
             raise Outcome("runtime_error", detail or "the candidate's call failed")
         if reply.get("op") != "done":
             raise Outcome("runtime_error", f"unexpected answer from the candidate's process: {str(reply)[:200]}")
 
-    def check_slack(self) -> None:
+    def check_slack(self, where: str = "") -> None:
+        """The canary bytes in the slack around every buffer (buffers.py): after every call, in every stage."""
         for name, s in self.shared.items():
-            if not s.slack_intact():
-                raise Outcome("memory_error", f"the candidate wrote outside {name}: the poisoned bytes around the "
-                                              f"buffer changed (shape {format_shape(self.shape)})")
+            damage = s.slack_damage()
+            if damage:
+                raise Outcome("memory_error", f"the candidate wrote outside {name}: {damage} "
+                                              f"({where or 'shape ' + format_shape(self.shape)}); check the "
+                                              "bounds of its stores (tails, the last tile)")
 
     def output_tensors(self) -> dict:
         return {n: self.shared[n].tensor for n in self.outputs}
@@ -517,7 +554,7 @@ def _make_inputs(task, shape, seed, device, kind):
 def verify(ctx, call: Call, inputs: dict, where: str) -> dict:
     """Check one finished call against the judge's own copy of its inputs: slack, inputs, outputs."""
     task = ctx["task"]
-    call.check_slack()
+    call.check_slack(where)
     changed = compare_inputs(inputs, call.input_tensors())
     if changed:
         raise Outcome("incorrect", f"input {changed['input']} was modified by the candidate: {changed['changed']} of "
@@ -648,11 +685,17 @@ def _flush(observer, prov, timeout=60.0):
     """All the candidate's work so far is finished (the observer synchronised its contexts) and recorded."""
     if observer is None:
         return []
-    from xlang.profiler.observer import ObserverError, kernels
+    from xlang.profiler.observer import ObserverError, errors, kernels
 
     try:
         records = observer.flush(timeout)
     except ObserverError as e:
+        # The observer synchronises the candidate's contexts itself: a fault the candidate's own code swallowed
+        # (its sync in a try) still shows as that sync's error code.
+        codes = {x.code for x in errors(e.records or []) if x.what == "ctx_synchronize"}
+        if codes & set(_MEMORY_FAULT_CODES):
+            raise Outcome("memory_error", f"{GUARD_HINT}. The observer's synchronisation of the candidate's "
+                                          f"contexts failed: {e}") from None
         raise Outcome("runtime_error", f"the kernel observer failed: {e}") from None
     if prov is not None:
         prov.judge(kernels(records))
@@ -672,7 +715,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
         try:
             inputs = _make_inputs(task, shape, seed, ctx["kind"], kind)
             call.fill(inputs)
-            call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None)
+            call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None, where=where)
             _flush(observer, prov)
             rec = verify(ctx, call, inputs, where)
         finally:
@@ -727,11 +770,14 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         if rest_s:
             time.sleep(rest_s)
         t0 = time.perf_counter()
-        call.run(runner, _call_timeout(ctx, deadline), primer=True)
+        where = f"timed call {k} of the {who}"
+        call.run(runner, _call_timeout(ctx, deadline), primer=True, where=where)
         records = without_primer(_flush(observer, prov))
         wall_ms = (time.perf_counter() - t0) * 1e3
         if check:
-            verify(ctx, call, inputs, f"timed call {k} of the {who}")
+            verify(ctx, call, inputs, where)
+        else:
+            call.check_slack(where)  # the canaries after every call, verified or not
         from xlang.profiler.observer import span
 
         return (span(records) / 1e6 if observer is not None else None), wall_ms, records
@@ -755,8 +801,9 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         # observer flush at the end (its kernels are still judged for provenance). Untimed, so a candidate
         # that tells these calls apart only spoils its own warm-up.
         for _ in range(warm):
-            call.run(runner, _call_timeout(ctx, deadline), primer=True)
+            call.run(runner, _call_timeout(ctx, deadline), primer=True, where=f"a warm-up call of the {who}")
         _flush(observer, prov)
+        call.check_slack(f"the warm-up calls of the {who}")  # not re-poisoned between them: damage stays
         from xlang.profiler.gpu import PowerSampler
         from xlang.profiler.observer import activities
 
