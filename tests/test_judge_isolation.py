@@ -20,6 +20,9 @@ from xlang.task import get_task
 
 HERE = Path(__file__).parent / "kernels" / "isolation"
 SECRET = "sk-xlang-test-secret-0123456789"
+# The candidate uids of these CPU stages (4 per "GPU" index): a slot of this test process's own, so that a stage
+# of another test run on the same machine (which kills its slots' uids when it ends) cannot kill ours.
+SLOTS = random.SystemRandom().randrange(20, 240)
 
 
 def _check(tmp_path, candidate: str, shapes=None, env=None, runner_env=None):
@@ -29,7 +32,7 @@ def _check(tmp_path, candidate: str, shapes=None, env=None, runner_env=None):
     build = tmp_path / "build"
     build.mkdir()
     (build / "candidate.py").write_text((HERE / candidate).read_text())
-    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu",
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "gpu_index": SLOTS,
             "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
             "readable": [str(build)], "trials": [(s, "normal", 10 + i) for i, s in enumerate(shapes)],
             "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}}
@@ -526,6 +529,149 @@ def test_the_buffer_layout_ends_flush_and_starts_after_a_guard():
         assert offset + nbytes == size  # the last byte is the last mapped byte
         assert (guard + offset) % start_alignment(nbytes) == 0 and start_alignment(nbytes) >= MIN_ALIGN
         assert guard >= GUARD_BYTES and reserve == 2 * guard + size and size % gran == 0
-    assert start_alignment(8192 * 5120 * 2) == 256 and start_alignment(40 * 56 * 2) == 64
+    assert start_alignment(8192 * 5120 * 2) == 256 and start_alignment(40 * 56 * 2) == 128 and start_alignment(24 * 2) == 16
     size, offset, _, _ = layout(18, gran)  # not a multiple of 16: under 16 canary bytes after it
     assert size - offset - 18 == 14
+
+
+# ---- no second GPU process (the judge's GPU watch, with an NVML stand-in) -----------------------------------
+HELPER_MARKER = b"xlang-gpu-helper-5c1e"
+
+
+def _judge_here(tmp_path, candidate: str, mode: str = "check", runner_env=None, tool=None):
+    """The judge's own stage logic, run in this process (so that NVML can be stood in for): the real Runner, jail,
+    GPU watch and verdict, on the CPU."""
+    from xlang.profiler import judge
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / candidate).read_text())
+    stage = tmp_path / "stage"
+    stage.mkdir(mode=0o700)
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "gpu_index": SLOTS, "mode": mode,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build), str(HERE)], "trials": [({"M": 40, "N": 48, "K": 56}, "normal", 3)] * 2,
+            "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}, "stage_dir": str(stage),
+            "tool_exit_s": 60, **({"tool": tool} if tool else {})}
+    return judge.run(spec, lambda text: None)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _nvml_stand_in(monkeypatch, uid: int, helper_holds: bool, extra=()):
+    """NVML's compute-process list as the judge would get it on a GPU: the judge, the candidate's runner and, when
+    helper_holds, the candidate's helper process (and `extra` pids)."""
+    from xlang.profiler import gpuwatch
+    from xlang.sandbox import uid_processes
+
+    def holders(index):
+        pids = [os.getpid(), *extra]
+        for pid, _ in uid_processes(uid):
+            cmd = _cmdline(pid)
+            if b"xlang.profiler.runner" in cmd or (helper_holds and HELPER_MARKER in cmd):
+                pids.append(pid)
+        return sorted(pids)
+
+    monkeypatch.setattr(gpuwatch, "compute_processes", holders)
+
+
+def _no_helper_left():
+    time.sleep(0.3)
+    left = subprocess.run(["pgrep", "-f", HELPER_MARKER.decode()], capture_output=True, text=True).stdout
+    return not left.strip()
+
+
+def _needs_uid_jail():
+    if level() != "bwrap+uid":
+        pytest.skip("the candidate's own uid is what tells its processes apart (isolation bwrap+uid)")
+
+
+def test_a_helper_process_holding_the_gpu_is_forbidden_and_its_correctness_discarded(tmp_path, monkeypatch):
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=True)
+    result = _judge_here(tmp_path, "cpu_gemm_helper_process.py")
+    assert result["status"] == "forbidden_call", result
+    assert "second process" in result["detail"] and "python" in result["detail"]
+    assert not (result.get("correctness") or {}).get("passed")
+    watch = result["gpu_watch"]
+    assert watch["checked"] and watch["forbidden"]["pid"] in {h["pid"] for h in watch["helpers"]}
+    assert _no_helper_left()
+
+
+def test_a_stage_whose_call_waits_on_a_gpu_helper_ends_at_once(tmp_path, monkeypatch):
+    """The class-4 candidate's call waited on its helper under memcheck and Nsight Compute until their limit; the
+    watch ends the stage as soon as it sees the helper's context."""
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=True)
+    t0 = time.monotonic()
+    result = _judge_here(tmp_path, "cpu_gemm_helper_process.py", runner_env={"XLANG_TEST_HELPER_WAIT": "1"})
+    assert result["status"] == "forbidden_call", result
+    assert time.monotonic() - t0 < 30  # the call's limit is 60 s, the helper sleeps 120 s
+    assert _no_helper_left()
+
+
+def test_a_helper_process_without_a_gpu_context_is_allowed_and_recorded(tmp_path, monkeypatch):
+    """It can do no GPU work: recorded (pid, name, when), killed with the stage, the stage ending at once."""
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=False)
+    t0 = time.monotonic()
+    result = _judge_here(tmp_path, "cpu_gemm_helper_process.py")
+    assert result["status"] == "ok", result
+    assert time.monotonic() - t0 < 30
+    helpers = result["gpu_watch"]["helpers"]
+    assert helpers and all(h["first_seen_s"] >= 0 for h in helpers) and result["gpu_watch"]["forbidden"] is None
+    assert _no_helper_left()
+
+
+def test_the_helper_is_seen_through_the_uids_process_tree_in_a_stage_of_its_own(tmp_path):
+    """The judge as a process of its own (no stand-in: NVML is absent here): the helper is in the stage's result."""
+    _needs_uid_jail()
+    run = _check(tmp_path, "cpu_gemm_helper_process.py")
+    assert run.result["status"] == "ok", run.result
+    assert run.result["gpu_watch"]["helpers"] and run.result["gpu_watch"]["nvml"] is False
+    assert _no_helper_left()
+
+
+def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypatch):
+    """A process of another uid that takes a context while the candidate runs is nothing the candidate can start:
+    not forbidden_call, but the run is not judged (harness_error). One that was there before stays allowed."""
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    uid = uid_for_slot(4 * SLOTS)
+    from xlang.profiler import gpuwatch
+
+    before = subprocess.Popen(["sleep", "60"])
+    stranger = None
+    try:
+        _nvml_stand_in(monkeypatch, uid, helper_holds=False, extra=[before.pid])
+        (tmp_path / "a").mkdir()
+        result = _judge_here(tmp_path / "a", "cpu_gemm_honest.py")
+        assert result["status"] == "ok", result  # the tenant from before the candidate started is the environment's
+        real = gpuwatch.compute_processes
+
+        def late(index):  # a new process takes the GPU once the candidate runs
+            nonlocal stranger
+            if stranger is None and any(b"xlang.profiler.runner" in _cmdline(p) for p in real(index)):
+                stranger = subprocess.Popen(["sleep", "60"])
+            return real(index) + ([stranger.pid] if stranger else [])
+
+        monkeypatch.setattr(gpuwatch, "compute_processes", late)
+        (tmp_path / "b").mkdir()
+        result = _judge_here(tmp_path / "b", "cpu_gemm_honest.py")
+        assert result["status"] == "harness_error" and "not judged" in result["detail"], result
+    finally:
+        for p in (before, stranger):
+            if p is not None:
+                p.kill()

@@ -64,7 +64,8 @@ STAGES = (
           False),
     Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
           "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
-    Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
+    Stage("memcheck", (V.MEMORY_ERROR, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck",
+          True),
     Stage("ncu", (V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "Nsight Compute", True),
 )
 
@@ -254,6 +255,9 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     if run.child.timed_out:
         return {**info, "ran": False}, (V.TIMEOUT, f"memcheck did not finish within {options.memcheck_timeout_s:.0f} s:"
                                                   " a memory check that does not finish is not a pass")
+    info["gpu_watch"] = (run.result or {}).get("gpu_watch")
+    if (run.result or {}).get("status") == "forbidden_call":  # a second GPU process: what the sanitizer saw is moot
+        return info, (V.FORBIDDEN_CALL, "under compute-sanitizer: " + run.result.get("detail", ""))
     if parsed["errors"]:
         info["summary"] = san_mod.describe(parsed)
         return info, (V.MEMORY_ERROR, info["summary"])
@@ -307,7 +311,10 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             attempt["kernels"] = 0
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
-    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0]}
+    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0],
+            "gpu_watch": (run.result or {}).get("gpu_watch") if run else None}
+    if run is not None and (run.result or {}).get("status") == "forbidden_call":  # whatever the report says
+        return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + run.result.get("detail", ""))
     if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
             and any(a.get("kernels") == 0 for a in attempts):
         # The call ran and passed, yet no kernel was launched by the calling thread inside it (NVTX ranges
@@ -696,6 +703,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         verdict.fingerprint.update(check.result.get("fingerprint") or {})
         verdict.correctness = check.result.get("correctness")
         verdict.timing = check.result.get("timing")
+        verdict.fingerprint["gpu_watch"] = check.result.get("gpu_watch")  # who held the GPU while it ran
         if (verdict.timing or {}).get("clocks"):
             verdict.fingerprint["gpu"] = {**verdict.fingerprint["gpu"], **verdict.timing["clocks"],
                                           "clocks_sampled": "after the timed repetitions"}

@@ -234,6 +234,7 @@ class Runner:
         from xlang.sandbox import Jail, _Tail, child_env
 
         self.role, self.observer, self.killed = role, observer, False
+        self.watch = None  # the stage's GpuWatch (the candidate's runner only), armed by start()
         stage_dir = Path(spec["stage_dir"])
         home = stage_dir / f"{role}-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -284,6 +285,11 @@ class Runner:
             self.start(hello)
 
     def start(self, hello: dict) -> None:
+        if self.watch is not None:  # before the candidate's code can run: what exists now is the runner (and tool)
+            if self.tool_log is not None:
+                self.watch.tool_pid = self.proc.pid
+                self.watch.tool_dirs = tuple(_tool_dirs([self.tool_cmd[0], f"/proc/{self.proc.pid}/exe"]))
+            self.watch.arm()
         reply = self.request(hello, timeout=self.load_timeout_s)
         if reply.get("op") != "ready":
             raise CandidateError(str(reply.get("detail", "the candidate did not load"))[:4000])
@@ -295,12 +301,14 @@ class Runner:
         try:
             self.sock.settimeout(timeout)
             send(self.sock, message, fds)
-            while True:  # a second at a time: the process we started (the jail, or the tool) may be gone
-                self.sock.settimeout(max(0.01, min(1.0, give_up - time.monotonic())))
+            step = 1.0 if self.watch is None else 0.2
+            while True:  # a step at a time: the process we started (the jail, or the tool) may be gone
+                self.sock.settimeout(max(0.01, min(step, give_up - time.monotonic())))
                 try:
                     reply, extra = receive(self.sock)
                     break
                 except socket.timeout:
+                    self.check_watch()  # a second GPU process ends the stage now, not at the call's limit
                     if time.monotonic() >= give_up:
                         raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
                     if self.proc.poll() is not None:  # e.g. the candidate killed the tool it runs under
@@ -311,6 +319,7 @@ class Runner:
             raise RunnerGone(self._death(e), fault=self._fault()) from None
         for fd in extra:  # nothing the candidate sends us is kept
             os.close(fd)
+        self.check_watch()
         if not isinstance(reply, dict):
             raise RunnerGone("an answer that is not a message")
         return reply
@@ -325,6 +334,12 @@ class Runner:
         tail = "\n".join((self.err.text(0.5) or self.out.text(0.5)).strip().splitlines()[-12:])[-2500:]
         how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
         return f"the candidate's process ended ({how}): {why or type(e).__name__}" + (f"\n{tail}" if tail else "")
+
+    def check_watch(self) -> None:
+        """Raise the stage's outcome when the GPU watch saw a second GPU process (or a stranger on the GPU)."""
+        found = self.watch.finding() if self.watch is not None else None
+        if found:
+            raise Outcome(*found)
 
     def _fault(self) -> str | None:
         """SIGSEGV / SIGBUS when the process we started died of one: directly (-11), or as bubblewrap reports its
@@ -351,6 +366,10 @@ class Runner:
             pass
         give_up = time.monotonic() + wait_s
         if self.tool_log is not None:
+            if self.watch is not None and self.watch.runner:
+                # Whatever the candidate started is killed now (the runner leaves by itself, the tool's own
+                # programs are spared): the tool waits for every process it injected, so a helper would hold it.
+                _kill_all_but_the_tool(self.uid, self.proc.pid, self.tool_cmd, spare=self.watch.runner)
             try:
                 self.proc.wait(min(orphan_grace_s, wait_s))
             except subprocess.TimeoutExpired:
@@ -367,6 +386,8 @@ class Runner:
         if self.killed:
             return
         self.killed = True
+        if self.watch is not None:
+            self.watch.stop()  # its last look while the candidate's tree is still there
         if self.proc.poll() is None:
             self.proc.kill()
         kill_uid(self.uid)  # anything of the candidate's uid still alive (a survivor of a relaxed jail)
@@ -394,7 +415,7 @@ def _tool_dirs(paths: list[str]) -> list[str]:
     return sorted(d for d in dirs if d not in ("/", "/usr", "/usr/local", "/bin", "/usr/bin"))
 
 
-def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
+def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str], spare=()) -> int:
     """Kill the processes of `uid` that are not the tool's: every Python (the runner, which had its time to
     leave, and any survivor the candidate started: the tools reap orphans, so one may sit below the tool) and
     anything outside the tool's tree, except programs from the tool's own folders. What is spared and is the
@@ -404,7 +425,7 @@ def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
     dirs = _tool_dirs([tool_cmd[0], f"/proc/{tool_pid}/exe"])
 
     def tools_own(pid: int, procs: dict) -> bool:
-        if pid == tool_pid:
+        if pid == tool_pid or pid in spare:
             return True
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
@@ -1140,19 +1161,50 @@ def _collect_tool_output(runner: "Runner", spec: dict) -> None:
 
 def run(spec: dict, progress) -> dict:
     ctx: dict = {}
+    runner = None
     if spec["mode"] in ("check", "memcheck", "ncu"):
         # The candidate's process first: it starts Python and imports torch while we do the same here.
         progress("start the candidate's process")
         if spec["mode"] == "check":
             ctx["observer"] = _observer(spec)
-            ctx["runner"] = Runner(spec, "candidate", None, observer=ctx["observer"])
+            runner = ctx["runner"] = Runner(spec, "candidate", None, observer=ctx["observer"])
         else:
-            ctx["runner"] = Runner(spec, spec["mode"], None, tool=list(spec["tool"]))
+            runner = ctx["runner"] = Runner(spec, spec["mode"], None, tool=list(spec["tool"]))
+        runner.watch = _gpu_watch(spec, runner.uid)
     try:
-        return _run(spec, progress, ctx)
+        result = _run(spec, progress, ctx)
     finally:
-        if ctx.get("runner") is not None:
-            ctx["runner"].kill()
+        if runner is not None:
+            runner.kill()
+    if runner is not None:
+        apply_watch(result, runner.watch)
+    return result
+
+
+def _gpu_watch(spec: dict, uid: int):
+    """The stage's poller of the GPU's processes (xlang.profiler.gpuwatch): every other uid of this GPU's slots
+    is another stage of this evaluation (or its vendor), which watches its own."""
+    from xlang.profiler.gpuwatch import GpuWatch
+    from xlang.sandbox import uid_for_slot
+
+    base = 4 * int(spec.get("gpu_index") or 0)
+    siblings = {uid_for_slot(base + i) for i in range(4)} - {uid}
+    return GpuWatch(int(spec.get("gpu_index") or 0), uid, parent_pid=spec.get("parent_pid"), sibling_uids=siblings)
+
+
+def apply_watch(result: dict, watch) -> None:
+    """Record what the stage's GPU watch saw; a second GPU process of the candidate's decides the stage
+    (forbidden_call, whatever else it concluded, and its correctness is discarded), a stranger on the GPU makes
+    it not judged at all."""
+    if watch is None:
+        return
+    result["gpu_watch"] = watch.record()
+    found = watch.finding()
+    if not found or result.get("status") == "harness_error":
+        return
+    result.update(status=found[0], detail=found[1])
+    if isinstance(result.get("correctness"), dict):
+        result["correctness"] = {**result["correctness"], "passed": False, "discarded": found[1]}
 
 
 def _run(spec: dict, progress, ctx: dict) -> dict:
