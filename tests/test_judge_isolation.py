@@ -675,3 +675,84 @@ def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypa
         for p in (before, stranger):
             if p is not None:
                 p.kill()
+
+
+# ---- what the candidate printed: kept (a bounded tail) in every stage, the verdict and the feedback ---------
+def test_the_check_stage_keeps_the_end_of_the_candidates_output(tmp_path):
+    from xlang.profiler.judge import OUTPUT_TAIL_CHARS
+
+    run = _check(tmp_path, "cpu_gemm_prints.py")
+    assert run.result["status"] == "ok", run.result
+    out = run.result["candidate_output"]
+    assert "xlang-stderr-marker line 79" in out["stderr"] and "xlang-stdout-marker done" in out["stdout"]
+    assert len(out["stderr"]) == OUTPUT_TAIL_CHARS and "line 79:" in out["stderr"].splitlines()[-1]  # its end
+    (tmp_path / "flood").mkdir()
+    flood = _check(tmp_path / "flood", "cpu_gemm_flood.py")
+    assert all(len(t) <= OUTPUT_TAIL_CHARS for t in flood.result["candidate_output"].values())
+
+
+def test_a_tool_stage_keeps_the_end_of_the_candidates_output(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / "cpu_gemm_prints.py").read_text())
+    tool = ["sh", "-c", 'echo "========= ERROR SUMMARY: 0 errors" > {LOG}; exec "$@"', "tool"]
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "tool": tool, "gpu_index": SLOTS,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build)], "trials": [({"M": 40, "N": 48, "K": 56}, "normal", 3)],
+            "timing": {"enabled": False}}
+    work = tmp_path / "eval"
+    work.mkdir(mode=0o700)
+    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
+    assert run.result["status"] == "ok", run.result
+    assert "xlang-stderr-marker line 79" in run.result["candidate_output"]["stderr"]
+
+
+_CPU_JUDGE = """import json, sys
+from xlang.profiler import judge
+spec = json.load(open(sys.argv[1]))
+spec.update(device="cpu", gpu_index={slots}, trials=[({{"M": 40, "N": 48, "K": 56}}, "normal", 3)],
+            readable=[{build!r}], hello={{"op": "hello", "device": "cpu", "lang": "triton", "load": {load!r}}},
+            timing={{"enabled": False}}, observer_library=None)
+open(sys.argv[1], "w").write(json.dumps(spec))
+judge.main(sys.argv[1:])
+"""
+
+
+def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, monkeypatch):
+    """evaluate() on a stand-in GPU whose judge is the real one run on the CPU: the check stage's tail of the
+    candidate's stderr reaches verdict.output, `xlang eval`'s text and the model's feedback (shortened)."""
+    import io
+
+    from rich.console import Console
+
+    from xlang import verdict as V
+    from xlang.agent.feedback import feedback_text
+    from xlang.archs import get_arch
+    from xlang.backend import BuildResult, get_backend
+    from xlang.profiler import commands
+    from xlang.profiler import evaluate as ev
+
+    build = tmp_path / "build"
+    build.mkdir()
+    load = build / "candidate.py"
+    load.write_text((HERE / "cpu_gemm_prints.py").read_text())
+    wrapper = tmp_path / "cpu_judge.py"
+    wrapper.write_text(_CPU_JUDGE.format(slots=SLOTS, build=str(build), load=str(load)))
+    monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
+    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
+    monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    result = BuildResult(True, "triton", "", "", {}, str(build), load_path=str(load))
+    v = ev.evaluate(result, "triton", "gemm", "h200", {"M": 40, "N": 48, "K": 56},
+                    {"memcheck": False, "ncu": False, "timing": False, "workdir": tmp_path / "w"})
+    assert v.correct, v.detail
+    assert "xlang-stderr-marker line 79" in v.output["check"]["stderr"]
+    assert V.Verdict.from_dict(v.to_dict()).output == v.output  # stored and read back with the verdict
+    text = feedback_text(v, turn_idx=1, turns=4, backend=get_backend("triton"), arch=get_arch("h200"))
+    assert "xlang-stderr-marker line 79" in text and "xlang-stdout-marker done" in text
+    assert "line 59:" not in text  # shortened: its last 20 lines
+    buf = io.StringIO()
+    monkeypatch.setattr(commands, "console", Console(file=buf, width=120))
+    commands.print_verdict(v)
+    assert "xlang-stderr-marker line 79" in buf.getvalue() and "stderr (check stage" in buf.getvalue()

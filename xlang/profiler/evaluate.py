@@ -256,6 +256,7 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
         return {**info, "ran": False}, (V.TIMEOUT, f"memcheck did not finish within {options.memcheck_timeout_s:.0f} s:"
                                                   " a memory check that does not finish is not a pass")
     info["gpu_watch"] = (run.result or {}).get("gpu_watch")
+    info["candidate_output"] = (run.result or {}).get("candidate_output")  # evaluate() moves it to verdict.output
     if (run.result or {}).get("status") == "forbidden_call":  # a second GPU process: what the sanitizer saw is moot
         return info, (V.FORBIDDEN_CALL, "under compute-sanitizer: " + run.result.get("detail", ""))
     if parsed["errors"]:
@@ -312,7 +313,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
     info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0],
-            "gpu_watch": (run.result or {}).get("gpu_watch") if run else None}
+            "gpu_watch": (run.result or {}).get("gpu_watch") if run else None,
+            "candidate_output": (run.result or {}).get("candidate_output") if run else None}
     if run is not None and (run.result or {}).get("status") == "forbidden_call":  # whatever the report says
         return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + run.result.get("detail", ""))
     if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
@@ -704,6 +706,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         verdict.correctness = check.result.get("correctness")
         verdict.timing = check.result.get("timing")
         verdict.fingerprint["gpu_watch"] = check.result.get("gpu_watch")  # who held the GPU while it ran
+        verdict.output = {"check": check.result.get("candidate_output")}
         if (verdict.timing or {}).get("clocks"):
             verdict.fingerprint["gpu"] = {**verdict.fingerprint["gpu"], **verdict.timing["clocks"],
                                           "clocks_sampled": "after the timed repetitions"}
@@ -720,11 +723,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     failures = []
     if mem_future is not None:
         verdict.memcheck, failure = mem_future.result()
+        _take_output(verdict, "memcheck", verdict.memcheck)
         failures.append(failure)
     else:
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
         verdict.executed, failure = ncu_future.result()
+        _take_output(verdict, "ncu", verdict.executed)
         verdict.executed_ok = True if failure is None else False if failure[0] == V.NOT_EXECUTED else None
         failures.append(failure)
     else:
@@ -744,6 +749,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         return finish(census_failure[0], census_failure[1] + " (the candidate is correct: "
                       + _ok_detail(verdict, required) + ")")
     return finish(V.OK, _ok_detail(verdict, required))
+
+
+def _take_output(verdict: V.Verdict, stage: str, info: dict | None) -> None:
+    """A tool stage's tail of the candidate's output, from its info into verdict.output (kept once)."""
+    out = (info or {}).pop("candidate_output", None) if isinstance(info, dict) else None
+    if out is not None:
+        verdict.output = {**(verdict.output or {}), stage: out}
 
 
 def format_trial(trial) -> str:

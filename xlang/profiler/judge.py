@@ -203,6 +203,9 @@ def fingerprint(torch) -> dict:
 
 # ---- the candidate's process ----------------------------------------------------------------------------
 
+OUTPUT_TAIL_CHARS = 6 << 10  # of the candidate process's stdout and of its stderr, kept in every stage's result
+
+
 class RunnerGone(Exception):
     """The candidate's process died, closed the connection, or did not answer in time."""
 
@@ -334,6 +337,11 @@ class Runner:
         tail = "\n".join((self.err.text(0.5) or self.out.text(0.5)).strip().splitlines()[-12:])[-2500:]
         how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
         return f"the candidate's process ended ({how}): {why or type(e).__name__}" + (f"\n{tail}" if tail else "")
+
+    def output_tail(self, limit: int = OUTPUT_TAIL_CHARS) -> dict:
+        """The last `limit` characters of what the process we started printed (the candidate's process, with its
+        tool's messages in a tool stage): its own pipes, never the judge's output. After kill(): all there is."""
+        return {"stdout": self.out.text(0.5)[-limit:], "stderr": self.err.text(0.5)[-limit:]}
 
     def check_watch(self) -> None:
         """Raise the stage's outcome when the GPU watch saw a second GPU process (or a stranger on the GPU)."""
@@ -1178,6 +1186,7 @@ def run(spec: dict, progress) -> dict:
             runner.kill()
     if runner is not None:
         apply_watch(result, runner.watch)
+        result["candidate_output"] = runner.output_tail()
     return result
 
 
