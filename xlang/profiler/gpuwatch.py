@@ -61,6 +61,23 @@ def _status(pid: int) -> dict:
         return {}
 
 
+def _below(pid: int, root: int | None) -> bool:
+    """Whether pid descends from root (through /proc's parent links; a double fork leaves the tree)."""
+    hops = 0
+    while root and pid > 1 and hops < 64:
+        pid = _status(pid).get("ppid", 0)
+        if pid == root:
+            return True
+        hops += 1
+    return False
+
+
+def _descendants(root: int | None) -> list[int]:
+    if not root:
+        return []
+    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _below(int(e), root)]
+
+
 def _exe(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/exe")
@@ -78,6 +95,7 @@ class GpuWatch:
         self.before = before  # {pid: start time} holding the GPU before the candidate's code (None: taken at arm)
         self.parent_pid, self.sibling_uids = parent_pid, set(sibling_uids)
         self.tool_pid, self.tool_dirs = tool_pid, tuple(tool_dirs)
+        self.root_pid: int | None = None  # the process the judge started for the candidate (its jail, or the tool)
         self.poll_s = poll_s
         self.runner: set[int] = set()
         self.forbidden: dict | None = None
@@ -89,13 +107,19 @@ class GpuWatch:
         self._thread: threading.Thread | None = None
 
     # ---- life
-    def arm(self) -> None:
-        """The candidate's uid's processes now (before its code runs) are the runner's, the GPU's holders now the
-        environment's (and the other stages'); start polling."""
+    def arm(self, root_pid: int | None = None, wait_s: float = 60.0) -> None:
+        """The candidate's uid's processes now (before its code runs), and what runs below root_pid now, are the
+        runner's; the GPU's holders now the environment's (and the other stages'); start polling."""
         from xlang.profiler.judge import _started
         from xlang.sandbox import uid_processes
 
-        self.runner = {pid for pid, _ in uid_processes(self.uid)}
+        self.root_pid = root_pid
+        give_up = time.monotonic() + wait_s
+        while True:  # the runner's Python may still be starting (bubblewrap, setpriv, a tool's start-up)
+            self.runner = {pid for pid, _ in uid_processes(self.uid)} | set(_descendants(root_pid))
+            if any(os.path.basename(_exe(p)).startswith("python") for p in self.runner) or time.monotonic() > give_up:
+                break
+            time.sleep(0.01)
         if self.before is None:
             self.before = {p: _started(p) for p in compute_processes(self.index) or []}
         self._t0 = time.monotonic()
@@ -138,7 +162,9 @@ class GpuWatch:
             st = _status(pid)
             seen = {"pid": pid, "name": st.get("name", "not visible here"), "uid": st.get("uid"), "at_s": when,
                     "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            if st.get("uid") == self.uid:
+            # The candidate's side: its uid, or below the process we started for it (where the uid could not be
+            # dropped, e.g. a tool stage at isolation 'process')
+            if st.get("uid") == self.uid or _below(pid, self.root_pid):
                 if not self._tools_own(pid):
                     own.append((seen, st))
             elif st.get("uid") in self.sibling_uids or (self.parent_pid and st.get("ppid") == self.parent_pid):

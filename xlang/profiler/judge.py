@@ -292,7 +292,7 @@ class Runner:
             if self.tool_log is not None:
                 self.watch.tool_pid = self.proc.pid
                 self.watch.tool_dirs = tuple(_tool_dirs([self.tool_cmd[0], f"/proc/{self.proc.pid}/exe"]))
-            self.watch.arm()
+            self.watch.arm(self.proc.pid)
         reply = self.request(hello, timeout=self.load_timeout_s)
         if reply.get("op") != "ready":
             raise CandidateError(str(reply.get("detail", "the candidate did not load"))[:4000])
