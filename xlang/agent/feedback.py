@@ -24,7 +24,7 @@ HEADLINES = {
     V.RUNTIME_ERROR: "runtime error",
     V.TIMEOUT: "timeout",
     V.INCORRECT: "incorrect result",
-    V.MEMORY_ERROR: "memory error (compute-sanitizer)",
+    V.MEMORY_ERROR: "memory error: an access outside the buffers (a guard-range fault, a changed canary, or memcheck)",
     V.NOT_EXECUTED: "required instructions not executed at run time",
     V.OK: "correct",
     V.STATIC_OK: "compiled with the required instruction families (not run)",
