@@ -16,6 +16,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
             (runtime_error, timeout, incorrect, memory_error, forbidden_call)
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
+  (every GPU stage: buffers between unmapped guard ranges, memory_error when an access faults; a second GPU
+  process of the candidate's, forbidden_call; verdict.output keeps the end of what the candidate printed)
   ncu       the candidate's process under Nsight Compute: the required families executed, their share of the
             executed math and their FLOPs against the task's (not_executed); vendor kernels (forbidden_call)
 

@@ -19,8 +19,13 @@ with it, tells it when to call its entry point, and decides from what it reads i
             each memcheck shape.
   ncu       the runner under Nsight Compute, one call on the timed shape; every kernel of that process.
 
+In every stage the buffers lie between unmapped guard ranges with canaries in their slack (xlang.profiler.buffers:
+an access outside faults, memory_error), a poller watches the GPU's processes while the candidate's code runs
+(xlang.profiler.gpuwatch: a second GPU process of the candidate's is forbidden_call), and the tail of the
+candidate process's stdout and stderr is kept (candidate_output).
+
 The result (spec["out"], JSON in the judge's own folder, which the candidate cannot reach) carries a status:
-ok | incorrect | runtime_error | memory_error | forbidden_call | timeout.
+ok | incorrect | runtime_error | memory_error | forbidden_call | timeout | harness_error.
 """
 
 from __future__ import annotations
