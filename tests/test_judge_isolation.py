@@ -758,3 +758,36 @@ def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, 
     monkeypatch.setattr(commands, "console", Console(file=buf, width=120))
     commands.print_verdict(v)
     assert "xlang-stderr-marker line 79" in buf.getvalue() and "stderr (check stage" in buf.getvalue()
+
+
+def test_the_watch_rule_under_a_tool(monkeypatch):
+    """Under compute-sanitizer / Nsight Compute (no PID namespace): the tool and the runner (there before the
+    candidate's code loaded) may hold contexts, and so may a program from the tool's own folders that is not a
+    Python, and a relaunch of the target by the tool (application replay) while the runner holds none; a second
+    Python of the candidate's uid holding a context beside the runner is forbidden, even from the tool's folder."""
+    from xlang import sandbox
+    from xlang.profiler import gpuwatch
+
+    me, tool, runner, uid = os.getpid(), 900001, 900002, 64123
+    procs = {tool: (uid, 1, "/opt/nsight/ncu"), runner: (uid, tool, "/usr/bin/python3.12"),
+             900003: (uid, tool, "/opt/nsight/target/ncu-helper"), 900004: (uid, tool, "/usr/bin/python3.12"),
+             900005: (uid, runner, "/opt/nsight/python3")}
+    monkeypatch.setattr(sandbox, "uid_processes", lambda u: [(p, v[1]) for p, v in procs.items() if v[0] == u])
+    monkeypatch.setattr(gpuwatch, "_status", lambda p: {"uid": procs[p][0], "ppid": procs[p][1], "name": "x"}
+                        if p in procs else {})
+    monkeypatch.setattr(gpuwatch, "_exe", lambda p: procs[p][2] if p in procs else "")
+    holding: list = []
+    monkeypatch.setattr(gpuwatch, "compute_processes", lambda index: [me, *holding])
+
+    def watch(*holders, armed=(tool, runner)):
+        w = gpuwatch.GpuWatch(0, uid, before={}, tool_pid=tool, tool_dirs=("/opt/nsight",))
+        w.runner, w.root_pid = set(armed), tool
+        holding[:] = holders
+        w.poll()
+        return w.finding()
+
+    assert watch(tool, runner) is None
+    assert watch(runner, 900003) is None  # the tool's own program
+    assert watch(900004, armed=(tool, runner)) is None  # a relaunch by the tool, the runner holding nothing
+    assert watch(runner, 900004)[0] == "forbidden_call"  # a second Python beside the runner
+    assert watch(runner, 900005)[0] == "forbidden_call"  # a Python is never the tool's, wherever it lies

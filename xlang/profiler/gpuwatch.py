@@ -78,6 +78,13 @@ def _descendants(root: int | None) -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit() and _below(int(e), root)]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def _exe(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/exe")
@@ -117,7 +124,8 @@ class GpuWatch:
         give_up = time.monotonic() + wait_s
         while True:  # the runner's Python may still be starting (bubblewrap, setpriv, a tool's start-up)
             self.runner = {pid for pid, _ in uid_processes(self.uid)} | set(_descendants(root_pid))
-            if any(os.path.basename(_exe(p)).startswith("python") for p in self.runner) or time.monotonic() > give_up:
+            if any(os.path.basename(_exe(p)).startswith("python") for p in self.runner) or time.monotonic() > give_up \
+                    or (root_pid and not _alive(root_pid)):
                 break
             time.sleep(0.01)
         if self.before is None:
