@@ -102,6 +102,15 @@ class Shared:
         self.raw[: m.offset].fill_(POISON)
         self.raw[m.offset + m.nbytes:].fill_(POISON)
 
+    def slack_changed(self):
+        """A one-element bool tensor, true when a canary byte changed: no host sync, so that a call's buffers are
+        checked with one (Call.check_slack)."""
+        import torch
+
+        m = self.meta
+        head, tail = self.raw[: m.offset], self.raw[m.offset + m.nbytes:]
+        return torch.stack([(head != POISON).any(), (tail != POISON).any()]).any().reshape(1)
+
     def slack_damage(self) -> str | None:
         """None when every canary byte is intact, else how many changed and how far from the buffer they reach
         ('2 canary bytes changed, up to 2 bytes before its start')."""

@@ -73,9 +73,19 @@ def _below(pid: int, root: int | None) -> bool:
 
 
 def _descendants(root: int | None) -> list[int]:
+    """Every process below root now (one pass over /proc)."""
     if not root:
         return []
-    return [int(e) for e in os.listdir("/proc") if e.isdigit() and _below(int(e), root)]
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            children.setdefault(_status(int(entry)).get("ppid", 0), []).append(int(entry))
+    found, todo = [], [root]
+    while todo and len(found) < 10_000:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -127,7 +137,7 @@ class GpuWatch:
             if any(os.path.basename(_exe(p)).startswith("python") for p in self.runner) or time.monotonic() > give_up \
                     or (root_pid and not _alive(root_pid)):
                 break
-            time.sleep(0.01)
+            time.sleep(0.05)
         if self.before is None:
             self.before = {p: _started(p) for p in compute_processes(self.index) or []}
         self._t0 = time.monotonic()
