@@ -88,6 +88,14 @@ def _descendants(root: int | None) -> list[int]:
     return found
 
 
+def _started(pid: int) -> str | None:
+    """The process's start time (/proc/PID/stat field 22): with the PID it names one process, not a later one."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
@@ -127,7 +135,6 @@ class GpuWatch:
     def arm(self, root_pid: int | None = None, wait_s: float = 60.0) -> None:
         """The candidate's uid's processes now (before its code runs), and what runs below root_pid now, are the
         runner's; the GPU's holders now the environment's (and the other stages'); start polling."""
-        from xlang.profiler.judge import _started
         from xlang.sandbox import uid_processes
 
         self.root_pid = root_pid
@@ -156,7 +163,6 @@ class GpuWatch:
 
     # ---- one look
     def poll(self) -> None:
-        from xlang.profiler.judge import _started
         from xlang.sandbox import uid_processes
 
         self.polls += 1
