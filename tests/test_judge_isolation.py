@@ -791,3 +791,27 @@ def test_the_watch_rule_under_a_tool(monkeypatch):
     assert watch(900004, armed=(tool, runner)) is None  # a relaunch by the tool, the runner holding nothing
     assert watch(runner, 900004)[0] == "forbidden_call"  # a second Python beside the runner
     assert watch(runner, 900005)[0] == "forbidden_call"  # a Python is never the tool's, wherever it lies
+
+
+def test_a_memory_fault_the_driver_reports_is_a_memory_error(tmp_path, monkeypatch):
+    """NVML's Xid events are the driver's word: an MMU fault (Xid 31) while the candidate's code runs is
+    memory_error even when its process says its call went well; another Xid is only recorded."""
+    from xlang.profiler import gpuwatch
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=False)
+    for xid, status in ((13, "ok"), (31, "memory_error")):
+        drains = []
+
+        def events(index, xid=xid):  # nothing pending at arm; the fault on a later poll
+            drains.append(index)
+            return [xid] if len(drains) == 3 else []
+
+        monkeypatch.setattr(gpuwatch, "xid_events", events)
+        (tmp_path / str(xid)).mkdir()
+        result = _judge_here(tmp_path / str(xid), "cpu_gemm_honest.py")
+        assert result["status"] == status, result
+        assert result["gpu_watch"]["xids"][0]["xid"] == xid and result["gpu_watch"]["xid_watch"]
+        if status == "memory_error":
+            assert "Xid 31" in result["detail"] and "MMU fault" in result["detail"]

@@ -17,6 +17,11 @@ candidate uid's process tree (/proc, sandbox.uid_processes). The rule, per proce
   stranger   a process of another uid, not ours and not from before: nothing the candidate could start itself
              (it has no privileges), yet the GPU was not ours alone -> the candidate is not judged (harness_error)
 
+Every poll also drains NVML's Xid events for the GPU: an MMU fault (Xid 31) while the candidate's code runs is
+memory_error even when its process swallowed the CUDA error (a context reset after the fault hides it from the
+observer's synchronisation); other Xids are recorded. Xid events are the device's, not a process's: they decide
+only where NVML's PIDs are ours and nothing but this evaluation held the GPU.
+
 A process of the candidate's uid with no GPU context (a compiler the JIT runs, a helper on the CPU) is allowed:
 it can do no GPU work. It is recorded (`helpers`) and killed with the stage. Where NVML's PIDs are not this PID
 namespace's (the judge is not in its own list: a container), nothing can be attributed and nothing is decided.
@@ -48,6 +53,42 @@ def compute_processes(index: int) -> list[int] | None:
                 _nvml[index] = pynvml.nvmlDeviceGetHandleByIndex(index)
         return sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(_nvml[index])})
     except Exception:  # noqa: BLE001 - no NVML here: recorded as not checked
+        return None
+
+
+_xid_sets: dict = {}
+MEMORY_XIDS = {31: "an MMU fault: an access to an unmapped address"}  # Xid 13 (several kinds of fault) is recorded
+
+
+def xid_events(index: int) -> list[int] | None:
+    """The Xid errors NVML reported for the GPU since the previous call (device-wide: the driver's own word, which no
+    code in the candidate's process can swallow), None where NVML cannot deliver them here."""
+    try:
+        import pynvml
+
+        with _nvml_lock:
+            if index not in _xid_sets:
+                _xid_sets[index] = None  # a failure is not retried every poll
+                if index not in _nvml:
+                    pynvml.nvmlInit()
+                    _nvml[index] = pynvml.nvmlDeviceGetHandleByIndex(index)
+                events = pynvml.nvmlEventSetCreate()
+                pynvml.nvmlDeviceRegisterEvents(_nvml[index], pynvml.nvmlEventTypeXidCriticalError, events)
+                _xid_sets[index] = events
+        if _xid_sets[index] is None:
+            return None
+        found: list[int] = []
+        while len(found) < 100:
+            try:
+                data = pynvml.nvmlEventSetWait_v2(_xid_sets[index], 0)
+            except pynvml.NVMLError as e:
+                if getattr(e, "value", None) == pynvml.NVML_ERROR_TIMEOUT:
+                    break  # none pending
+                raise
+            if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
+                found.append(int(data.eventData))
+        return found
+    except Exception:  # noqa: BLE001 - no NVML events here: recorded as not checked
         return None
 
 
@@ -126,6 +167,9 @@ class GpuWatch:
         self.forbidden: dict | None = None
         self.stranger: dict | None = None
         self.helpers: dict[int, dict] = {}
+        self.xids: list[dict] = []  # Xid errors NVML reported while the candidate's code ran
+        self.fault: dict | None = None  # the first of them that is a memory fault (MEMORY_XIDS)
+        self.xid_watch: bool | None = None
         self.polls, self.nvml, self.pids_ours = 0, None, None
         self._t0 = time.monotonic()
         self._stop = threading.Event()
@@ -147,6 +191,7 @@ class GpuWatch:
             time.sleep(0.05)
         if self.before is None:
             self.before = {p: _started(p) for p in compute_processes(self.index) or []}
+        self.xid_watch = xid_events(self.index) is not None  # and what was pending before the candidate ran is dropped
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="xlang-gpuwatch", daemon=True)
         self._thread.start()
@@ -178,6 +223,10 @@ class GpuWatch:
         self.pids_ours = self.me in holders
         if not self.pids_ours:
             return
+        for xid in xid_events(self.index) or []:
+            self.xids.append({"xid": xid, "at_s": when})
+            if xid in MEMORY_XIDS and self.fault is None:
+                self.fault = self.xids[-1]
         own = []  # the candidate uid's holders that are neither the runner nor the tool's programs
         for pid in holders:
             if pid == self.me or pid in self.runner or (pid in (self.before or {})
@@ -221,9 +270,17 @@ class GpuWatch:
             return ("harness_error", f"the GPU was not the judge's alone: process {f['pid']} ({f['name']}, uid "
                                      f"{f['uid']}), not the candidate's and not there before it, took a context on "
                                      f"it {f['at_s']:.2f} s into the stage; this candidate was not judged")
+        if self.fault is not None:
+            f = self.fault
+            return ("memory_error", f"the GPU's driver reported Xid {f['xid']} ({MEMORY_XIDS[f['xid']]}) "
+                                    f"{f['at_s']:.2f} s after the candidate's code was loaded, while only its "
+                                    "processes and the judges used the GPU: an access outside the buffers the "
+                                    "harness passed (they lie between unmapped guard ranges), whatever its "
+                                    "process reported")
         return None
 
     def record(self) -> dict:
         return {"checked": bool(self.nvml and self.pids_ours), "nvml": self.nvml, "nvml_pids_ours": self.pids_ours,
                 "polls": self.polls, "poll_s": self.poll_s, "runner": sorted(self.runner),
-                "helpers": list(self.helpers.values())[:20], "forbidden": self.forbidden, "stranger": self.stranger}
+                "helpers": list(self.helpers.values())[:20], "forbidden": self.forbidden, "stranger": self.stranger,
+                "xid_watch": self.xid_watch, "xids": self.xids[:20]}

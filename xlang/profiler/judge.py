@@ -1214,12 +1214,16 @@ def _gpu_watch(spec: dict, uid: int):
 def apply_watch(result: dict, watch) -> None:
     """Record what the stage's GPU watch saw; a second GPU process of the candidate's decides the stage
     (forbidden_call, whatever else it concluded, and its correctness is discarded), a stranger on the GPU makes
-    it not judged at all."""
+    it not judged at all, a memory fault the driver reported makes an ok stage memory_error."""
     if watch is None:
         return
     result["gpu_watch"] = watch.record()
     found = watch.finding()
     if not found or result.get("status") == "harness_error":
+        return
+    if found[0] == "memory_error":  # the driver's fault report: the stage's verdict unless it has found worse
+        if result.get("status") == "ok":
+            result.update(status=found[0], detail=found[1])
         return
     result.update(status=found[0], detail=found[1])
     if isinstance(result.get("correctness"), dict):
