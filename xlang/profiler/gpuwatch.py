@@ -4,16 +4,17 @@ memcheck, ncu), from the moment the candidate's code is loaded until its process
 Every POLL_S it asks NVML which processes hold a context on the stage's GPU (compute_processes) and reads the
 candidate uid's process tree (/proc, sandbox.uid_processes). The rule, per process NVML lists:
 
-  allowed    the judge itself; the candidate's runner (the processes of the candidate's uid that existed before
-             its code was loaded: the runner, and under a tool the tool); under compute-sanitizer / Nsight
+  allowed    the judge itself; the candidate's runner (what ran below the jail or tool the judge started, or as
+             the candidate's uid, once the runner's Python was up and before the candidate's code was loaded:
+             the runner, and under a tool the tool); under compute-sanitizer / Nsight
              Compute, a program from the tool's own folders (not a Python) and, because Nsight Compute's
              application replay starts the target again, ONE other process of the candidate's uid that is a
              child of the tool, when no second one holds a context at the same time; the other stages of this
              evaluation (their judges, children of the same parent, and their uids: each stage watches its own);
-             the environment's tenants, there (same PID and start time) before the candidate's runner started
-  forbidden  any other process of the candidate's uid holding a context: a second GPU process of its own (a
-             helper doing part of the work through CUDA IPC, with no observer in it) -> forbidden_call, and the
-             stage's correctness is discarded
+             the environment's tenants, there (same PID and start time) before the candidate's code loaded
+  forbidden  any other process of the candidate's uid (or below the jail / tool) holding a context: a second
+             GPU process of its own (a helper doing part of the work through CUDA IPC, with no observer in it)
+             -> forbidden_call, and the stage's correctness is discarded
   stranger   a process of another uid, not ours and not from before: nothing the candidate could start itself
              (it has no privileges), yet the GPU was not ours alone -> the candidate is not judged (harness_error)
 
