@@ -20,19 +20,22 @@ from xlang.task import get_task
 
 HERE = Path(__file__).parent / "kernels" / "isolation"
 SECRET = "sk-xlang-test-secret-0123456789"
+# The candidate uids of these CPU stages (4 per "GPU" index): a slot of this test process's own, so that a stage
+# of another test run on the same machine (which kills its slots' uids when it ends) cannot kill ours.
+SLOTS = random.SystemRandom().randrange(20, 240)
 
 
-def _check(tmp_path, candidate: str, shapes=None, env=None):
+def _check(tmp_path, candidate: str, shapes=None, env=None, runner_env=None):
     task = get_task("gemm")
     shapes = shapes or task.draw_shapes({"M": 64, "N": 64, "K": 64}, random.Random(1), 2)
     shapes = [{k: min(v, 96) // 8 * 8 or 8 for k, v in s.items()} for s in shapes]
     build = tmp_path / "build"
     build.mkdir()
     (build / "candidate.py").write_text((HERE / candidate).read_text())
-    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu",
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "gpu_index": SLOTS,
             "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
             "readable": [str(build)], "trials": [(s, "normal", 10 + i) for i, s in enumerate(shapes)],
-            "timing": {"enabled": False}, "call_timeout_s": 60}
+            "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}}
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
     return run_stage({**spec, "mode": "check"}, work, "check", 120, env=env)
@@ -493,3 +496,322 @@ def test_a_judge_whose_caller_is_already_gone_exits():
     not_the_parent = str(2 ** 22 + 12345)  # above Linux's pid_max: no process has it
     out = subprocess.run([sys.executable, "-c", _CHILD, not_the_parent], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and out.stdout == ""
+
+
+# ---- out-of-bounds accesses fault in every run (guard ranges, canaries) -------------------------------------
+@pytest.mark.parametrize("how", ["read-after:A", "write-after:C", "read-before:B", "write-before:C"])
+def test_an_access_just_outside_a_buffer_is_a_memory_error(tmp_path, how):
+    """Each buffer lies between unmapped guard pages (PROT_NONE here, unmapped VA on a GPU): one element past
+    the end or before the start faults (SIGSEGV in the runner) without any sanitizer. 64x64 bf16 is two whole
+    pages, so both ends of every buffer meet a guard."""
+    run = _check(tmp_path, "cpu_gemm_out_of_bounds.py", shapes=[{"M": 64, "N": 64, "K": 64}],
+                 runner_env={"XLANG_TEST_OOB": how})
+    assert run.result["status"] == "memory_error", run.result
+    assert "SIGSEGV" in run.result["detail"] and "guard" in run.result["detail"]
+    assert "correctness" not in run.result
+
+
+def test_a_write_into_the_slack_before_a_buffer_damages_its_canary(tmp_path):
+    """40x56 bf16 is not a whole page: the buffer ends flush with its mapping and the bytes before it are
+    canaries, checked after every call."""
+    run = _check(tmp_path, "cpu_gemm_out_of_bounds.py", shapes=[{"M": 40, "N": 48, "K": 56}],
+                 runner_env={"XLANG_TEST_OOB": "write-before:C"})
+    assert run.result["status"] == "memory_error", run.result
+    assert "wrote outside C" in run.result["detail"] and "up to 2 bytes before its start" in run.result["detail"]
+
+
+def test_the_buffer_layout_ends_flush_and_starts_after_a_guard():
+    from xlang.profiler.buffers import GUARD_BYTES, MIN_ALIGN, layout, start_alignment
+
+    gran = 2 << 20
+    for nbytes in (16, 4480, 3 * 2**20 + 48, 2**21, 8192 * 5120 * 2):
+        size, offset, guard, reserve = layout(nbytes, gran)
+        assert offset + nbytes == size  # the last byte is the last mapped byte
+        assert (guard + offset) % start_alignment(nbytes) == 0 and start_alignment(nbytes) >= MIN_ALIGN
+        assert guard >= GUARD_BYTES and reserve == 2 * guard + size and size % gran == 0
+    assert start_alignment(8192 * 5120 * 2) == 256 and start_alignment(40 * 56 * 2) == 128 and start_alignment(24 * 2) == 16
+    size, offset, _, _ = layout(18, gran)  # not a multiple of 16: under 16 canary bytes after it
+    assert size - offset - 18 == 14
+
+
+# ---- no second GPU process (the judge's GPU watch, with an NVML stand-in) -----------------------------------
+HELPER_MARKER = b"xlang-gpu-helper-5c1e"
+
+
+def _judge_here(tmp_path, candidate: str, mode: str = "check", runner_env=None, tool=None):
+    """The judge's own stage logic, run in this process (so that NVML can be stood in for): the real Runner, jail,
+    GPU watch and verdict, on the CPU."""
+    from xlang.profiler import judge
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / candidate).read_text())
+    stage = tmp_path / "stage"
+    stage.mkdir(mode=0o700)
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "gpu_index": SLOTS, "mode": mode,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build), str(HERE)], "trials": [({"M": 40, "N": 48, "K": 56}, "normal", 3)] * 2,
+            "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}, "stage_dir": str(stage),
+            "tool_exit_s": 60, **({"tool": tool} if tool else {})}
+    return judge.run(spec, lambda text: None)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _nvml_stand_in(monkeypatch, uid: int, helper_holds: bool, extra=()):
+    """NVML's compute-process list as the judge would get it on a GPU: the judge, the candidate's runner and, when
+    helper_holds, the candidate's helper process (and `extra` pids)."""
+    from xlang.profiler import gpuwatch
+    from xlang.sandbox import uid_processes
+
+    def holders(index):
+        pids = [os.getpid(), *extra]
+        for pid, _ in uid_processes(uid):
+            cmd = _cmdline(pid)
+            if b"xlang.profiler.runner" in cmd or (helper_holds and HELPER_MARKER in cmd):
+                pids.append(pid)
+        return sorted(pids)
+
+    monkeypatch.setattr(gpuwatch, "compute_processes", holders)
+
+
+def _no_helper_left():
+    time.sleep(0.3)
+    left = subprocess.run(["pgrep", "-f", HELPER_MARKER.decode()], capture_output=True, text=True).stdout
+    return not left.strip()
+
+
+def _needs_uid_jail():
+    if level() != "bwrap+uid":
+        pytest.skip("the candidate's own uid is what tells its processes apart (isolation bwrap+uid)")
+
+
+def test_a_helper_process_holding_the_gpu_is_forbidden_and_its_correctness_discarded(tmp_path, monkeypatch):
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=True)
+    result = _judge_here(tmp_path, "cpu_gemm_helper_process.py")
+    assert result["status"] == "forbidden_call", result
+    assert "second process" in result["detail"] and "python" in result["detail"]
+    assert not (result.get("correctness") or {}).get("passed")
+    watch = result["gpu_watch"]
+    assert watch["checked"] and watch["forbidden"]["pid"] in {h["pid"] for h in watch["helpers"]}
+    assert _no_helper_left()
+
+
+def test_a_stage_whose_call_waits_on_a_gpu_helper_ends_at_once(tmp_path, monkeypatch):
+    """The class-4 candidate's call waited on its helper under memcheck and Nsight Compute until their limit; the
+    watch ends the stage as soon as it sees the helper's context."""
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=True)
+    t0 = time.monotonic()
+    result = _judge_here(tmp_path, "cpu_gemm_helper_process.py", runner_env={"XLANG_TEST_HELPER_WAIT": "1"})
+    assert result["status"] == "forbidden_call", result
+    assert time.monotonic() - t0 < 30  # the call's limit is 60 s, the helper sleeps 120 s
+    assert _no_helper_left()
+
+
+def test_a_helper_process_without_a_gpu_context_is_allowed_and_recorded(tmp_path, monkeypatch):
+    """It can do no GPU work: recorded (pid, name, when), killed with the stage, the stage ending at once."""
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=False)
+    t0 = time.monotonic()
+    result = _judge_here(tmp_path, "cpu_gemm_helper_process.py")
+    assert result["status"] == "ok", result
+    assert time.monotonic() - t0 < 30
+    helpers = result["gpu_watch"]["helpers"]
+    assert helpers and all(h["first_seen_s"] >= 0 for h in helpers) and result["gpu_watch"]["forbidden"] is None
+    assert _no_helper_left()
+
+
+def test_the_helper_is_seen_through_the_uids_process_tree_in_a_stage_of_its_own(tmp_path):
+    """The judge as a process of its own (no stand-in: NVML is absent here): the helper is in the stage's result."""
+    _needs_uid_jail()
+    run = _check(tmp_path, "cpu_gemm_helper_process.py")
+    assert run.result["status"] == "ok", run.result
+    assert run.result["gpu_watch"]["helpers"] and run.result["gpu_watch"]["nvml"] is False
+    assert _no_helper_left()
+
+
+def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypatch):
+    """A process of another uid that takes a context while the candidate runs is nothing the candidate can start:
+    not forbidden_call, but the run is not judged (harness_error). One that was there before stays allowed."""
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    uid = uid_for_slot(4 * SLOTS)
+    from xlang.profiler import gpuwatch
+
+    before = subprocess.Popen(["sleep", "60"])
+    stranger = None
+    try:
+        _nvml_stand_in(monkeypatch, uid, helper_holds=False, extra=[before.pid])
+        (tmp_path / "a").mkdir()
+        result = _judge_here(tmp_path / "a", "cpu_gemm_honest.py")
+        assert result["status"] == "ok", result  # the tenant from before the candidate started is the environment's
+        real = gpuwatch.compute_processes
+        looks = []
+
+        def late(index):  # a new process takes the GPU once the candidate runs (after the watch's first look)
+            nonlocal stranger
+            looks.append(index)
+            if stranger is None and len(looks) > 2:
+                stranger = subprocess.Popen(["sleep", "60"])
+            return real(index) + ([stranger.pid] if stranger else [])
+
+        monkeypatch.setattr(gpuwatch, "compute_processes", late)
+        (tmp_path / "b").mkdir()
+        result = _judge_here(tmp_path / "b", "cpu_gemm_honest.py")
+        assert result["status"] == "harness_error" and "not judged" in result["detail"], result
+    finally:
+        for p in (before, stranger):
+            if p is not None:
+                p.kill()
+
+
+# ---- what the candidate printed: kept (a bounded tail) in every stage, the verdict and the feedback ---------
+def test_the_check_stage_keeps_the_end_of_the_candidates_output(tmp_path):
+    from xlang.profiler.judge import OUTPUT_TAIL_CHARS
+
+    run = _check(tmp_path, "cpu_gemm_prints.py")
+    assert run.result["status"] == "ok", run.result
+    out = run.result["candidate_output"]
+    assert "xlang-stderr-marker line 79" in out["stderr"] and "xlang-stdout-marker done" in out["stdout"]
+    assert len(out["stderr"]) == OUTPUT_TAIL_CHARS and "line 79:" in out["stderr"].splitlines()[-1]  # its end
+    (tmp_path / "flood").mkdir()
+    flood = _check(tmp_path / "flood", "cpu_gemm_flood.py")
+    assert all(len(t) <= OUTPUT_TAIL_CHARS for t in flood.result["candidate_output"].values())
+
+
+def test_a_tool_stage_keeps_the_end_of_the_candidates_output(tmp_path):
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "candidate.py").write_text((HERE / "cpu_gemm_prints.py").read_text())
+    tool = ["sh", "-c", 'echo "========= ERROR SUMMARY: 0 errors" > {LOG}; exec "$@"', "tool"]
+    spec = {"lang": "triton", "task": "gemm", "arch": "h100", "device": "cpu", "tool": tool, "gpu_index": SLOTS,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build)], "trials": [({"M": 40, "N": 48, "K": 56}, "normal", 3)],
+            "timing": {"enabled": False}}
+    work = tmp_path / "eval"
+    work.mkdir(mode=0o700)
+    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
+    assert run.result["status"] == "ok", run.result
+    assert "xlang-stderr-marker line 79" in run.result["candidate_output"]["stderr"]
+
+
+_CPU_JUDGE = """import json, sys
+from xlang.profiler import judge
+spec = json.load(open(sys.argv[1]))
+spec.update(device="cpu", gpu_index={slots}, trials=[({{"M": 40, "N": 48, "K": 56}}, "normal", 3)],
+            readable=[{build!r}], hello={{"op": "hello", "device": "cpu", "lang": "triton", "load": {load!r}}},
+            timing={{"enabled": False}}, observer_library=None)
+open(sys.argv[1], "w").write(json.dumps(spec))
+judge.main(sys.argv[1:])
+"""
+
+
+def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, monkeypatch):
+    """evaluate() on a stand-in GPU whose judge is the real one run on the CPU: the check stage's tail of the
+    candidate's stderr reaches verdict.output, `xlang eval`'s text and the model's feedback (shortened)."""
+    import io
+
+    from rich.console import Console
+
+    from xlang import verdict as V
+    from xlang.agent.feedback import feedback_text
+    from xlang.archs import get_arch
+    from xlang.backend import BuildResult, get_backend
+    from xlang.profiler import commands
+    from xlang.profiler import evaluate as ev
+
+    build = tmp_path / "build"
+    build.mkdir()
+    load = build / "candidate.py"
+    load.write_text((HERE / "cpu_gemm_prints.py").read_text())
+    wrapper = tmp_path / "cpu_judge.py"
+    wrapper.write_text(_CPU_JUDGE.format(slots=SLOTS, build=str(build), load=str(load)))
+    monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
+    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
+    monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    result = BuildResult(True, "triton", "", "", {}, str(build), load_path=str(load))
+    v = ev.evaluate(result, "triton", "gemm", "h200", {"M": 40, "N": 48, "K": 56},
+                    {"memcheck": False, "ncu": False, "timing": False, "workdir": tmp_path / "w"})
+    assert v.correct, v.detail
+    assert "xlang-stderr-marker line 79" in v.output["check"]["stderr"]
+    assert V.Verdict.from_dict(v.to_dict()).output == v.output  # stored and read back with the verdict
+    text = feedback_text(v, turn_idx=1, turns=4, backend=get_backend("triton"), arch=get_arch("h200"))
+    assert "xlang-stderr-marker line 79" in text and "xlang-stdout-marker done" in text
+    assert "line 59:" not in text  # shortened: its last 20 lines
+    buf = io.StringIO()
+    monkeypatch.setattr(commands, "console", Console(file=buf, width=120))
+    commands.print_verdict(v)
+    assert "xlang-stderr-marker line 79" in buf.getvalue() and "stderr (check stage" in buf.getvalue()
+
+
+def test_the_watch_rule_under_a_tool(monkeypatch):
+    """Under compute-sanitizer / Nsight Compute (no PID namespace): the tool and the runner (there before the
+    candidate's code loaded) may hold contexts, and so may a program from the tool's own folders that is not a
+    Python, and a relaunch of the target by the tool (application replay) while the runner holds none; a second
+    Python of the candidate's uid holding a context beside the runner is forbidden, even from the tool's folder."""
+    from xlang import sandbox
+    from xlang.profiler import gpuwatch
+
+    me, tool, runner, uid = os.getpid(), 900001, 900002, 64123
+    procs = {tool: (uid, 1, "/opt/nsight/ncu"), runner: (uid, tool, "/usr/bin/python3.12"),
+             900003: (uid, tool, "/opt/nsight/target/ncu-helper"), 900004: (uid, tool, "/usr/bin/python3.12"),
+             900005: (uid, runner, "/opt/nsight/python3")}
+    monkeypatch.setattr(sandbox, "uid_processes", lambda u: [(p, v[1]) for p, v in procs.items() if v[0] == u])
+    monkeypatch.setattr(gpuwatch, "_status", lambda p: {"uid": procs[p][0], "ppid": procs[p][1], "name": "x"}
+                        if p in procs else {})
+    monkeypatch.setattr(gpuwatch, "_exe", lambda p: procs[p][2] if p in procs else "")
+    holding: list = []
+    monkeypatch.setattr(gpuwatch, "compute_processes", lambda index: [me, *holding])
+
+    def watch(*holders, armed=(tool, runner)):
+        w = gpuwatch.GpuWatch(0, uid, before={}, tool_pid=tool, tool_dirs=("/opt/nsight",))
+        w.runner, w.root_pid = set(armed), tool
+        holding[:] = holders
+        w.poll()
+        return w.finding()
+
+    assert watch(tool, runner) is None
+    assert watch(runner, 900003) is None  # the tool's own program
+    assert watch(900004, armed=(tool, runner)) is None  # a relaunch by the tool, the runner holding nothing
+    assert watch(runner, 900004)[0] == "forbidden_call"  # a second Python beside the runner
+    assert watch(runner, 900005)[0] == "forbidden_call"  # a Python is never the tool's, wherever it lies
+
+
+def test_a_memory_fault_the_driver_reports_is_a_memory_error(tmp_path, monkeypatch):
+    """NVML's Xid events are the driver's word: an MMU fault (Xid 31) while the candidate's code runs is
+    memory_error even when its process says its call went well; another Xid is only recorded."""
+    from xlang.profiler import gpuwatch
+    from xlang.sandbox import uid_for_slot
+
+    _needs_uid_jail()
+    _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=False)
+    for xid, status in ((13, "ok"), (31, "memory_error")):
+        drains = []
+
+        def events(index, xid=xid):  # nothing pending at arm; the fault on a later poll
+            drains.append(index)
+            return [xid] if len(drains) == 3 else []
+
+        monkeypatch.setattr(gpuwatch, "xid_events", events)
+        (tmp_path / str(xid)).mkdir()
+        result = _judge_here(tmp_path / str(xid), "cpu_gemm_honest.py")
+        assert result["status"] == status, result
+        assert result["gpu_watch"]["xids"][0]["xid"] == xid and result["gpu_watch"]["xid_watch"]
+        if status == "memory_error":
+            assert "Xid 31" in result["detail"] and "MMU fault" in result["detail"]

@@ -67,6 +67,9 @@ class Verdict:
     correct: bool | None = None
     executed_ok: bool | None = None
     isolation: str = ""  # the jail the candidate ran in (xlang.sandbox levels), "" when nothing ran
+    # per GPU stage (check, memcheck, ncu): {"stdout", "stderr"}, the last 6 KiB of what the candidate's process
+    # printed (judge.OUTPUT_TAIL_CHARS); None when nothing ran
+    output: dict | None = None
 
     @property
     def correct_with_arch(self) -> bool:
@@ -164,3 +167,16 @@ def peer_note(verdict: dict | None) -> str:
         return "not run (the task names no peer)"
     return "not run (" + "; ".join(f"{p.get('display') or p.get('name')}: {p.get('reason') or 'failed'}"
                                    for p in timing["peers"]) + ")"
+
+
+def output_tails(output: dict | None, lines: int = 20, chars: int = 2000) -> list[tuple[str, str, str]]:
+    """[(stage, stream, text)]: the end of what the candidate's process printed (verdict.output), at most `lines`
+    lines and `chars` characters per stage and stream; a text an earlier stage showed is not repeated."""
+    shown, out = set(), []
+    for stage, streams in (output or {}).items():
+        for stream in ("stderr", "stdout"):
+            text = "\n".join(((streams or {}).get(stream) or "").rstrip().splitlines()[-lines:])[-chars:]
+            if text.strip() and text not in shown:
+                shown.add(text)
+                out.append((stage, stream, text))
+    return out

@@ -25,7 +25,7 @@ HEADLINES = {
     V.TIMEOUT: "timeout",
     V.INCORRECT: "incorrect result",
     V.HOST_COMPUTE: "computed off the GPU",
-    V.MEMORY_ERROR: "memory error (compute-sanitizer)",
+    V.MEMORY_ERROR: "memory error: an access outside the buffers (a guard-range fault, a changed canary, or memcheck)",
     V.NOT_EXECUTED: "required instructions not executed at run time",
     V.OK: "correct",
     V.STATIC_OK: "compiled with the required instruction families (not run)",
@@ -103,6 +103,14 @@ def timing_text(timing: dict | None) -> str:
     return ", ".join(parts) if parts else _compact(timing)
 
 
+def output_text(output: dict | None, lines: int = 20, chars: int = 1500) -> str:
+    """What the candidate's process printed at run time (verdict.output), shortened: the last `lines` lines and
+    `chars` characters of each stage's stderr and stdout, a text already shown in an earlier stage left out."""
+    blocks = [f"What your code printed on {stream} ({stage} stage, the end):\n```\n{text}\n```"
+              for stage, stream, text in V.output_tails(output, lines, chars)]
+    return "\n\n".join(blocks)
+
+
 def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arch, extract_note: str = "",
                   best: tuple[int, str, float | None] | None = None, code: str | None = None) -> str:
     """The message sent after turn turn_idx. best: (turn, category, speedup) of the best candidate so far;
@@ -174,6 +182,7 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
         body.append(verdict.detail or "")
     if sc["compiled"] and cat not in (V.COMPILE_ERROR, V.FORBIDDEN_CALL):
         body.append(resources_text((verdict.build or {}).get("resources")))
+    body.append(output_text(verdict.output))
     if verdict.runtime_note and cat in (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.HOST_COMPUTE, V.MEMORY_ERROR,
                                         V.NOT_EXECUTED):
         body.append(f"Runtime: {verdict.runtime_note}")

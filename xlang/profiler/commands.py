@@ -145,6 +145,11 @@ def print_verdict(v) -> None:
                 console.print(profile_line(profile), style="dim", highlight=False, markup=False)
         for line in peers_not_run(t):
             console.print(f"[yellow]{line}[/yellow]", highlight=False)
+    from xlang.verdict import output_tails
+
+    for stage, stream, text in output_tails(v.output):
+        console.print(f"[dim]the candidate's {stream} ({stage} stage, the end):[/dim]")
+        console.print(text, style="dim", highlight=False, markup=False)
     m = v.memcheck or {}
     if m:
         console.print(f"memcheck: {m.get('summary') or ('clean' if m.get('ran') and not m.get('errors') else m.get('note', ''))}",

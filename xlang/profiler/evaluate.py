@@ -17,6 +17,8 @@ The stages, declared once (STAGES) and run in this order by `xlang eval`, the ag
             (runtime_error, timeout, incorrect, memory_error, forbidden_call)
   memcheck  the candidate's process under compute-sanitizer memcheck, its log in the judge's folder
             (memory_error; a memcheck that does not finish is a failure, never a pass)
+  (every GPU stage: buffers between unmapped guard ranges, memory_error when an access faults; a second GPU
+  process of the candidate's, forbidden_call; verdict.output keeps the end of what the candidate printed)
   ncu       the candidate's process under Nsight Compute: kernels whose SASS is no module of the candidate's
             toolchain, its build or its JIT cache (forbidden_call); fp16 accumulators executed (incorrect); its own
             kernels' FLOPs against the task's (the GPU computed the answer, else host_compute); the required
@@ -67,7 +69,8 @@ STAGES = (
           "present; MMAs accumulating in fp16 where the contract says fp32 (incorrect)", False),
     Stage("check", (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL),
           "the judge: correctness on drawn shapes, observed kernels, timing against the vendor", True),
-    Stage("memcheck", (V.MEMORY_ERROR, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck", True),
+    Stage("memcheck", (V.MEMORY_ERROR, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR), "compute-sanitizer memcheck",
+          True),
     Stage("ncu", (V.INCORRECT, V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR),
           "Nsight Compute", True),
 )
@@ -258,6 +261,10 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     if run.child.timed_out:
         return {**info, "ran": False}, (V.TIMEOUT, f"memcheck did not finish within {options.memcheck_timeout_s:.0f} s:"
                                                   " a memory check that does not finish is not a pass")
+    info["gpu_watch"] = (run.result or {}).get("gpu_watch")
+    info["candidate_output"] = (run.result or {}).get("candidate_output")  # evaluate() moves it to verdict.output
+    if (run.result or {}).get("status") == "forbidden_call":  # a second GPU process: what the sanitizer saw is moot
+        return info, (V.FORBIDDEN_CALL, "under compute-sanitizer: " + run.result.get("detail", ""))
     if parsed["errors"]:
         info["summary"] = san_mod.describe(parsed)
         return info, (V.MEMORY_ERROR, info["summary"])
@@ -311,7 +318,11 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             attempt["kernels"] = 0
         if run.result is not None and run.result.get("status") not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
-    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0]}
+    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0],
+            "gpu_watch": (run.result or {}).get("gpu_watch") if run else None,
+            "candidate_output": (run.result or {}).get("candidate_output") if run else None}
+    if run is not None and (run.result or {}).get("status") == "forbidden_call":  # whatever the report says
+        return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + run.result.get("detail", ""))
     if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
             and any(a.get("kernels") == 0 for a in attempts):
         # The call ran and passed, yet no kernel was launched by the calling thread inside it (NVTX ranges
@@ -795,6 +806,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         verdict.fingerprint.update(check.result.get("fingerprint") or {})
         verdict.correctness = check.result.get("correctness")
         verdict.timing = check.result.get("timing")
+        verdict.fingerprint["gpu_watch"] = check.result.get("gpu_watch")  # who held the GPU while it ran
+        verdict.output = {"check": check.result.get("candidate_output")}
         if (verdict.timing or {}).get("clocks"):
             verdict.fingerprint["gpu"] = {**verdict.fingerprint["gpu"], **verdict.timing["clocks"],
                                           "clocks_sampled": "after the timed repetitions"}
@@ -812,11 +825,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     failures = []
     if mem_future is not None:
         verdict.memcheck, failure = mem_future.result()
+        _take_output(verdict, "memcheck", verdict.memcheck)
         failures.append(failure)
     else:
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
     if ncu_future is not None:
         verdict.executed, failure = ncu_future.result()
+        _take_output(verdict, "ncu", verdict.executed)
         verdict.executed_ok = True if failure is None else \
             False if failure[0] in (V.NOT_EXECUTED, V.HOST_COMPUTE) else None
         failures.append(failure)
@@ -838,6 +853,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         return finish(census_failure[0], census_failure[1] + " (the candidate is correct: "
                       + _ok_detail(verdict, required) + ")")
     return finish(V.OK, _ok_detail(verdict, required))
+
+
+def _take_output(verdict: V.Verdict, stage: str, info: dict | None) -> None:
+    """A tool stage's tail of the candidate's output, from its info into verdict.output (kept once)."""
+    out = (info or {}).pop("candidate_output", None) if isinstance(info, dict) else None
+    if out is not None:
+        verdict.output = {**(verdict.output or {}), stage: out}
 
 
 def format_trial(trial) -> str:

@@ -19,8 +19,13 @@ with it, tells it when to call its entry point, and decides from what it reads i
             each memcheck shape.
   ncu       the runner under Nsight Compute, one call on the timed shape; every kernel of that process.
 
+In every stage the buffers lie between unmapped guard ranges with canaries in their slack (xlang.profiler.buffers:
+an access outside faults, memory_error), a poller watches the GPU's processes while the candidate's code runs
+(xlang.profiler.gpuwatch: a second GPU process of the candidate's is forbidden_call), and the tail of the
+candidate process's stdout and stderr is kept (candidate_output).
+
 The result (spec["out"], JSON in the judge's own folder, which the candidate cannot reach) carries a status:
-ok | incorrect | runtime_error | memory_error | forbidden_call | timeout.
+ok | incorrect | runtime_error | memory_error | forbidden_call | timeout | harness_error.
 """
 
 from __future__ import annotations
@@ -203,12 +208,15 @@ def fingerprint(torch) -> dict:
 
 # ---- the candidate's process ----------------------------------------------------------------------------
 
+OUTPUT_TAIL_CHARS = 6 << 10  # of the candidate process's stdout and of its stderr, kept in every stage's result
+
+
 class RunnerGone(Exception):
     """The candidate's process died, closed the connection, or did not answer in time."""
 
-    def __init__(self, detail: str, timed_out: bool = False):
+    def __init__(self, detail: str, timed_out: bool = False, fault: str | None = None):
         super().__init__(detail)
-        self.timed_out = timed_out
+        self.timed_out, self.fault = timed_out, fault
 
 
 def stage_uids(spec: dict) -> list[int]:
@@ -234,6 +242,7 @@ class Runner:
         from xlang.sandbox import Jail, _Tail, child_env
 
         self.role, self.observer, self.killed = role, observer, False
+        self.watch = None  # the stage's GpuWatch (the candidate's runner only), armed by start()
         stage_dir = Path(spec["stage_dir"])
         home = stage_dir / f"{role}-home"
         home.mkdir(parents=True, exist_ok=True)
@@ -284,6 +293,11 @@ class Runner:
             self.start(hello)
 
     def start(self, hello: dict) -> None:
+        if self.watch is not None:  # before the candidate's code can run: what exists now is the runner (and tool)
+            if self.tool_log is not None:
+                self.watch.tool_pid = self.proc.pid
+                self.watch.tool_dirs = tuple(_tool_dirs([self.tool_cmd[0], f"/proc/{self.proc.pid}/exe"]))
+            self.watch.arm(self.proc.pid)
         reply = self.request(hello, timeout=self.load_timeout_s)
         if reply.get("op") != "ready":
             raise CandidateError(str(reply.get("detail", "the candidate did not load"))[:4000])
@@ -295,21 +309,25 @@ class Runner:
         try:
             self.sock.settimeout(timeout)
             send(self.sock, message, fds)
-            while True:  # a second at a time: the process we started (the jail, or the tool) may be gone
-                self.sock.settimeout(max(0.01, min(1.0, give_up - time.monotonic())))
+            step = 1.0 if self.watch is None else 0.2
+            while True:  # a step at a time: the process we started (the jail, or the tool) may be gone
+                self.sock.settimeout(max(0.01, min(step, give_up - time.monotonic())))
                 try:
                     reply, extra = receive(self.sock)
                     break
                 except socket.timeout:
+                    self.check_watch()  # a second GPU process ends the stage now, not at the call's limit
                     if time.monotonic() >= give_up:
                         raise RunnerGone(f"no answer within {timeout:.0f} s", timed_out=True) from None
                     if self.proc.poll() is not None:  # e.g. the candidate killed the tool it runs under
                         raise RunnerGone(self._death(None, "it stopped answering, and the process we started for "
-                                                           "it (its jail, or the tool it runs under) is gone"))
+                                                           "it (its jail, or the tool it runs under) is gone"),
+                                         fault=self._fault())
         except (OSError, EOFError, ValueError) as e:
-            raise RunnerGone(self._death(e)) from None
+            raise RunnerGone(self._death(e), fault=self._fault()) from None
         for fd in extra:  # nothing the candidate sends us is kept
             os.close(fd)
+        self.check_watch()
         if not isinstance(reply, dict):
             raise RunnerGone("an answer that is not a message")
         return reply
@@ -324,6 +342,26 @@ class Runner:
         tail = "\n".join((self.err.text(0.5) or self.out.text(0.5)).strip().splitlines()[-12:])[-2500:]
         how = "still running" if code is None else (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
         return f"the candidate's process ended ({how}): {why or type(e).__name__}" + (f"\n{tail}" if tail else "")
+
+    def output_tail(self, limit: int = OUTPUT_TAIL_CHARS) -> dict:
+        """The last `limit` characters of what the process we started printed (the candidate's process, with its
+        tool's messages in a tool stage): its own pipes, never the judge's output. After kill(): all there is."""
+        return {"stdout": self.out.text(0.5)[-limit:], "stderr": self.err.text(0.5)[-limit:]}
+
+    def check_watch(self) -> None:
+        """Raise the stage's outcome when the GPU watch saw a second GPU process (or a stranger on the GPU)."""
+        found = self.watch.finding() if self.watch is not None else None
+        if found:
+            raise Outcome(*found)
+
+    def _fault(self) -> str | None:
+        """SIGSEGV / SIGBUS when the process we started died of one: directly (-11), or as bubblewrap reports its
+        command's death (128 + 11). Read after _death, which waited for the process."""
+        code = self.proc.poll()
+        for sig in (11, 7):
+            if code in (-sig, 128 + sig):
+                return "SIGSEGV" if sig == 11 else "SIGBUS"
+        return None
 
     def close(self, wait_s: float = 30.0, orphan_grace_s: float = 15.0) -> None:
         """Ask it to leave; then kill what is left (the jail's whole PID namespace goes with bwrap).
@@ -341,6 +379,10 @@ class Runner:
             pass
         give_up = time.monotonic() + wait_s
         if self.tool_log is not None:
+            if self.watch is not None and self.watch.runner:
+                # Whatever the candidate started is killed now (the runner leaves by itself, the tool's own
+                # programs are spared): the tool waits for every process it injected, so a helper would hold it.
+                _kill_all_but_the_tool(self.uid, self.proc.pid, self.tool_cmd, spare=self.watch.runner)
             try:
                 self.proc.wait(min(orphan_grace_s, wait_s))
             except subprocess.TimeoutExpired:
@@ -357,6 +399,8 @@ class Runner:
         if self.killed:
             return
         self.killed = True
+        if self.watch is not None:
+            self.watch.stop()  # its last look while the candidate's tree is still there
         if self.proc.poll() is None:
             self.proc.kill()
         kill_uid(self.uid)  # anything of the candidate's uid still alive (a survivor of a relaxed jail)
@@ -384,7 +428,7 @@ def _tool_dirs(paths: list[str]) -> list[str]:
     return sorted(d for d in dirs if d not in ("/", "/usr", "/usr/local", "/bin", "/usr/bin"))
 
 
-def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
+def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str], spare=()) -> int:
     """Kill the processes of `uid` that are not the tool's: every Python (the runner, which had its time to
     leave, and any survivor the candidate started: the tools reap orphans, so one may sit below the tool) and
     anything outside the tool's tree, except programs from the tool's own folders. What is spared and is the
@@ -394,7 +438,7 @@ def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
     dirs = _tool_dirs([tool_cmd[0], f"/proc/{tool_pid}/exe"])
 
     def tools_own(pid: int, procs: dict) -> bool:
-        if pid == tool_pid:
+        if pid == tool_pid or pid in spare:
             return True
         try:
             exe = os.readlink(f"/proc/{pid}/exe")
@@ -413,6 +457,23 @@ def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str]) -> int:
 
 
 # ---- one call on the judge's buffers ---------------------------------------------------------------------
+
+# How CUDA says a kernel touched memory it may not (CUDA_ERROR_ILLEGAL_ADDRESS 700, _MISALIGNED_ADDRESS 716,
+# _INVALID_ADDRESS_SPACE 717), as torch, Triton's launcher, the runtime API and cuda-python spell it.
+_MEMORY_FAULT = re.compile(r"illegal memory access|an illegal address|ILLEGAL_ADDRESS|IllegalAddress|"
+                           r"misaligned address|MISALIGNED_ADDRESS|MisalignedAddress|invalid address space|"
+                           r"INVALID_ADDRESS_SPACE|InvalidAddressSpace")
+_MEMORY_FAULT_CODES = (700, 716, 717)
+GUARD_HINT = ("an illegal memory access in the candidate's call (no sanitizer in this run): every buffer the "
+              "harness passes ends flush against an unmapped guard range and starts after one, so an access past "
+              "its end or before its start faults; check the bounds of loads and stores (tails where a size is "
+              "not a multiple of the tile, the last tile, TMA descriptor extents)")
+
+
+def memory_fault(text: str) -> bool:
+    """Whether an error text (the candidate's process's report, or the observer's) is a memory fault."""
+    return bool(_MEMORY_FAULT.search(text or ""))
+
 
 class Outcome(Exception):
     """A stage's verdict, raised where it is found: status and what a person or a model can act on."""
@@ -453,7 +514,8 @@ class Call:
         for s in self.shared.values():
             s.poison_slack()
 
-    def run(self, runner: Runner, timeout: float, nvtx: str | None = None, primer: bool = False) -> None:
+    def run(self, runner: Runner, timeout: float, nvtx: str | None = None, primer: bool = False,
+            where: str = "") -> None:
         if runner not in self.mapped:
             bufs = list(self.shared.values())
             reply = runner.request({"op": "map", "set": self.id, "buffers": [b.meta.to_dict() for b in bufs]},
@@ -466,21 +528,35 @@ class Call:
             reply = runner.request({"op": "call", "set": self.id, "sizes": self.sizes, "nvtx": nvtx, "primer": primer},
                                    timeout=timeout)
         except RunnerGone as e:
+            if e.fault:  # its process died of SIGSEGV / SIGBUS: a CPU-side access outside what it may touch
+                raise Outcome("memory_error", f"the candidate's process was killed by {e.fault} during its call "
+                                              f"({where or format_shape(self.shape)}): an invalid memory access "
+                                              f"in its host code, or one past the end or before the start of a "
+                                              f"buffer the harness passed (each lies between unmapped guard "
+                                              f"pages).\n{e}") from None
             raise Outcome("timeout" if e.timed_out else "runtime_error", f"the candidate's call: {e}") from None
         if reply.get("op") == "error":
             detail = str(reply.get("detail", ""))[:4000]
-            if "illegal memory access" in detail or "an illegal address" in detail.lower():
-                raise Outcome("memory_error", "an illegal memory access (outside the harness's buffers: their "
-                                              "guard pages are unmapped):\n" + detail)
+            if memory_fault(detail):
+                raise Outcome("memory_error", f"{GUARD_HINT} ({where or format_shape(self.shape)}). What the "
+                                              f"candidate's process reported:\n{detail}")
             raise Outcome("runtime_error", detail or "the candidate's call failed")
         if reply.get("op") != "done":
             raise Outcome("runtime_error", f"unexpected answer from the candidate's process: {str(reply)[:200]}")
 
-    def check_slack(self) -> None:
+    def check_slack(self, where: str = "") -> None:
+        """The canary bytes in the slack around every buffer (buffers.py): after every call, in every stage; one
+        host sync when they are intact."""
+        import torch
+
+        if not bool(torch.cat([s.slack_changed() for s in self.shared.values()]).any()):
+            return
         for name, s in self.shared.items():
-            if not s.slack_intact():
-                raise Outcome("memory_error", f"the candidate wrote outside {name}: the poisoned bytes around the "
-                                              f"buffer changed (shape {format_shape(self.shape)})")
+            damage = s.slack_damage()
+            if damage:
+                raise Outcome("memory_error", f"the candidate wrote outside {name}: {damage} "
+                                              f"({where or 'shape ' + format_shape(self.shape)}); check the "
+                                              "bounds of its stores (tails, the last tile)")
 
     def input_bytes(self) -> int:
         return sum(self.shared[n].tensor.numel() * self.shared[n].tensor.element_size() for n in self.inputs)
@@ -521,7 +597,7 @@ def verify(ctx, call: Call, inputs: dict, where: str, kind: str = "normal") -> d
     """Check one finished call against the judge's own copy of its inputs (of value kind `kind`): slack, inputs,
     outputs (each with its tolerance, Task.tolerance_for)."""
     task = ctx["task"]
-    call.check_slack()
+    call.check_slack(where)
     changed = compare_inputs(inputs, call.input_tensors())
     if changed:
         raise Outcome("incorrect", f"input {changed['input']} was modified by the candidate: {changed['changed']} of "
@@ -653,11 +729,17 @@ def _flush(observer, prov, timeout=60.0):
     """All the candidate's work so far is finished (the observer synchronised its contexts) and recorded."""
     if observer is None:
         return []
-    from xlang.profiler.observer import ObserverError, kernels
+    from xlang.profiler.observer import ObserverError, errors, kernels
 
     try:
         records = observer.flush(timeout)
     except ObserverError as e:
+        # The observer synchronises the candidate's contexts itself: a fault the candidate's own code swallowed
+        # (its sync in a try) still shows as that sync's error code.
+        codes = {x.code for x in errors(e.records or []) if x.what == "ctx_synchronize"}
+        if codes & set(_MEMORY_FAULT_CODES):
+            raise Outcome("memory_error", f"{GUARD_HINT}. The observer's synchronisation of the candidate's "
+                                          f"contexts failed: {e}") from None
         raise Outcome("runtime_error", f"the kernel observer failed: {e}") from None
     if prov is not None:
         prov.judge(kernels(records))
@@ -678,7 +760,7 @@ def correctness(ctx, runner: Runner, observer, prov, progress, nvtx_last: str | 
             inputs = _make_inputs(task, shape, seed, ctx["kind"], kind)
             call.fill(inputs)
             cpu0 = process_cpu_ms(runner.uid)
-            call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None)
+            call.run(runner, ctx["call_timeout_s"], nvtx=nvtx_last if last else None, where=where)
             records = _flush(observer, prov)
             calls.append(call_evidence(records, process_cpu_ms(runner.uid), cpu0, call.input_bytes(),
                                        observer is not None))
@@ -738,13 +820,16 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         # checks the observer's span; the copies are in the records of every call.
         cpu0 = process_cpu_ms(runner.uid) if check else None
         t0 = time.perf_counter()
-        call.run(runner, _call_timeout(ctx, deadline), primer=True)
+        where = f"timed call {k} of the {who}"
+        call.run(runner, _call_timeout(ctx, deadline), primer=True, where=where)
         records = without_primer(_flush(observer, prov))
         wall_ms = (time.perf_counter() - t0) * 1e3
         host_calls.append(call_evidence(records, process_cpu_ms(runner.uid) if check else None, cpu0,
                                         call.input_bytes(), observer is not None))
         if check:
-            verify(ctx, call, inputs, f"timed call {k} of the {who}")
+            verify(ctx, call, inputs, where)
+        else:
+            call.check_slack(where)  # the canaries after every call, verified or not
         from xlang.profiler.observer import span
 
         return (span(records) / 1e6 if observer is not None else None), wall_ms, records
@@ -768,8 +853,9 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         # observer flush at the end (its kernels are still judged for provenance). Untimed, so a candidate
         # that tells these calls apart only spoils its own warm-up.
         for _ in range(warm):
-            call.run(runner, _call_timeout(ctx, deadline), primer=True)
+            call.run(runner, _call_timeout(ctx, deadline), primer=True, where=f"a warm-up call of the {who}")
         _flush(observer, prov)
+        call.check_slack(f"the warm-up calls of the {who}")  # not re-poisoned between them: damage stays
         from xlang.profiler.gpu import PowerSampler
         from xlang.profiler.observer import activities
 
@@ -1212,19 +1298,55 @@ def collect_jit_modules(home: Path | None, jit_cache: str | None, stage_dir: Pat
 
 def run(spec: dict, progress) -> dict:
     ctx: dict = {}
+    runner = None
     if spec["mode"] in ("check", "memcheck", "ncu"):
         # The candidate's process first: it starts Python and imports torch while we do the same here.
         progress("start the candidate's process")
         if spec["mode"] == "check":
             ctx["observer"] = _observer(spec)
-            ctx["runner"] = Runner(spec, "candidate", None, observer=ctx["observer"])
+            runner = ctx["runner"] = Runner(spec, "candidate", None, observer=ctx["observer"])
         else:
-            ctx["runner"] = Runner(spec, spec["mode"], None, tool=list(spec["tool"]))
+            runner = ctx["runner"] = Runner(spec, spec["mode"], None, tool=list(spec["tool"]))
+        runner.watch = _gpu_watch(spec, runner.uid)
     try:
-        return _run(spec, progress, ctx)
+        result = _run(spec, progress, ctx)
     finally:
-        if ctx.get("runner") is not None:
-            ctx["runner"].kill()
+        if runner is not None:
+            runner.kill()
+    if runner is not None:
+        apply_watch(result, runner.watch)
+        result["candidate_output"] = runner.output_tail()
+    return result
+
+
+def _gpu_watch(spec: dict, uid: int):
+    """The stage's poller of the GPU's processes (xlang.profiler.gpuwatch): every other uid of this GPU's slots
+    is another stage of this evaluation (or its vendor), which watches its own."""
+    from xlang.profiler.gpuwatch import GpuWatch
+    from xlang.sandbox import uid_for_slot
+
+    base = 4 * int(spec.get("gpu_index") or 0)
+    siblings = {uid_for_slot(base + i) for i in range(4)} - {uid}
+    return GpuWatch(int(spec.get("gpu_index") or 0), uid, parent_pid=spec.get("parent_pid"), sibling_uids=siblings)
+
+
+def apply_watch(result: dict, watch) -> None:
+    """Record what the stage's GPU watch saw; a second GPU process of the candidate's decides the stage
+    (forbidden_call, whatever else it concluded, and its correctness is discarded), a stranger on the GPU makes
+    it not judged at all, a memory fault the driver reported makes an ok stage memory_error."""
+    if watch is None:
+        return
+    result["gpu_watch"] = watch.record()
+    found = watch.finding()
+    if not found or result.get("status") == "harness_error":
+        return
+    if found[0] == "memory_error":  # the driver's fault report: the stage's verdict unless it has found worse
+        if result.get("status") == "ok":
+            result.update(status=found[0], detail=found[1])
+        return
+    result.update(status=found[0], detail=found[1])
+    if isinstance(result.get("correctness"), dict):
+        result["correctness"] = {**result["correctness"], "passed": False, "discarded": found[1]}
 
 
 def _run(spec: dict, progress, ctx: dict) -> dict:
