@@ -147,9 +147,10 @@ def test_a_new_harness_names_new_cell_runs(monkeypatch):
 
     cfg = validate(CompareConfig(archs=["h100"], langs=["triton"], tasks=["gemm"]))
     now = cell_run_id(cfg, "gemm", "triton", "h100")
+    current = xlang.HARNESS_VERSION
     monkeypatch.setattr(xlang, "HARNESS_VERSION", "3")
     before = cell_run_id(cfg, "gemm", "triton", "h100")
-    monkeypatch.setattr(xlang, "HARNESS_VERSION", "5")
+    monkeypatch.setattr(xlang, "HARNESS_VERSION", current + ".next")  # a later harness than the current one
     assert len({now, before, cell_run_id(cfg, "gemm", "triton", "h100")}) == 3
 
 
