@@ -165,7 +165,7 @@ def copy_untrusted_tree(src: Path, dest: Path, max_files: int = 4000, max_bytes:
         dest.mkdir(mode=0o755)
         for folder, dirs, files, dir_fd in walk:
             rel = Path(folder).relative_to(src)
-            dirs[:] = [d for d in dirs if _SAFE_NAME.fullmatch(d)]
+            dirs[:] = [d for d in dirs if _SAFE_NAME.fullmatch(d) and _real_dir(d, dir_fd)]  # no link to one
             for d in dirs:
                 (dest / rel / d).mkdir(mode=0o755)
             for name in files:
@@ -179,6 +179,15 @@ def copy_untrusted_tree(src: Path, dest: Path, max_files: int = 4000, max_bytes:
     except (OSError, ValueError):
         pass
     return copied
+
+
+def _real_dir(name: str, dir_fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def untrusted_files(folder: Path, suffix: str, limit: int = 64 << 20, max_files: int = 2000):
@@ -295,7 +304,10 @@ def _python_roots() -> list[str]:
     """Folders the child's python needs: its installation and the site folders on our sys.path, never the
     checkout (or a folder holding it) and never our working directory."""
     roots = {sys.base_prefix, sys.prefix}
-    roots.update(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p))
+    # sys.path[0] is the script's folder or the working directory (a judge's stage folder): not a site folder
+    script = os.path.abspath(sys.path[0] or os.getcwd()) if sys.path else None
+    roots.update(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)
+                 and os.path.abspath(p) not in (script, os.getcwd()))
     roots.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isdir(p))
     keep = {os.path.realpath(r) for r in roots if not _names_checkout(r) and os.path.realpath(r) != "/"}
     keep = {r for r in keep if not _under(r, [d for d in SYSTEM_DIRS if not os.path.islink(d)])}
@@ -457,7 +469,7 @@ class Jail:
             elif os.path.isdir(d):
                 args += ["--ro-bind", d, d]
         args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc",
-                 "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+                 "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
         system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
         python = [p for p in _python_roots() if os.path.exists(p)]
         stage = [str(runner_package())] + [str(p) for p in self.tools + self.readable if os.path.exists(p)]
