@@ -71,21 +71,15 @@ def test_links_planted_at_build_time_are_never_written_through(tmp_path):
 
 @needs_jail
 def test_a_report_naming_files_through_links_is_refused(tmp_path):
-    """The static build's report may name only regular files of the child's folder; a cubin that is a link
-    (to a file of ours) is not read, whatever it points to."""
-    target = tmp_path / "secret.cubin"
-    target.write_bytes(b"not the candidate's")
-    source = ("import os, json, sys\n"
-              f"os.symlink({str(target)!r}, os.path.join(os.getcwd(), 'x.cubin'))\n"
-              "def xlang_entry(*a):\n    pass\n")
-    from xlang import backend as backend_mod
-
-    real = backend_mod.read_untrusted_bytes if hasattr(backend_mod, "read_untrusted_bytes") else None
-    assert real is None
-    build = build_candidate(source, "triton", get_task("gemm"), get_arch("h100"), {"M": 64, "N": 64, "K": 64},
-                            workdir=tmp_path / "b", cache=False)
-    assert not build.ok  # no kernel, or a link refused: never the linked file as its cubin
-    assert not any(Path(k.cubin).read_bytes() == target.read_bytes() for k in build.kernels)
+    """The static build's report may name only regular files of the child's folder: a candidate that makes the
+    file its build will write (k0_<kernel>.cubin) a link gets a build failure, never the link's target read
+    as its cubin."""
+    plant = ("import os\nopen(os.path.join(os.getcwd(), 'real.cubin'), 'wb').close()\n"
+             "os.symlink(os.path.join(os.getcwd(), 'real.cubin'), os.path.join(os.getcwd(), 'k0_gemm_tc.cubin'))\n")
+    build = build_candidate(plant + _reader([], fail_at_import=True), "triton", get_task("gemm"), get_arch("h100"),
+                            {"M": 256, "N": 256, "K": 256}, workdir=tmp_path / "b", cache=False)
+    assert not build.ok and "not a regular file of its own" in build.error, build.error
+    assert not (tmp_path / "b" / "k0.cubin").exists()
 
 
 def test_the_judges_writes_refuse_a_planted_name(tmp_path):
@@ -222,6 +216,12 @@ def test_the_runner_package_has_no_answers():
     assert sandbox.runner_package() == pkg  # made once, by content
 
 
+def _reader(paths: list[str], fail_at_import: bool) -> str:
+    text = (HERE / "read_host_files.py").read_text()
+    text = text.replace("PATHS = []  # the test puts its paths here", f"PATHS = {paths!r}")
+    return text.replace("FAIL_AT_IMPORT = True", f"FAIL_AT_IMPORT = {fail_at_import}")
+
+
 @needs_jail
 def test_the_static_build_child_sees_no_answers_stores_homes_or_reports(tmp_path):
     """One read attempt per thing a candidate must not see: the expert of its task, a results store beside
@@ -241,14 +241,13 @@ def test_the_static_build_child_sees_no_answers_stores_homes_or_reports(tmp_path
         paths = [str(REPO / "tasks" / "gemm" / "solutions" / "triton.py"), str(store), str(first.workdir),
                  str(Path(first.workdir) / "candidate.py"), str(home / "notes.txt"), str(report),
                  str(REPO / "reports"), str(REPO), str(REPO / "xlang-runs")]
-        source = (HERE / "read_host_files.py").read_text().replace("__PATHS__", repr(paths)).replace(
-            "__FAIL_AT_IMPORT__", "True")
+        source = _reader(paths, fail_at_import=True)
         build = build_candidate(source, "triton", get_task("gemm"), get_arch("h100"),
                                 {"M": 256, "N": 256, "K": 256}, workdir=tmp_path / "b", cache=False)
         assert build.ok, build.error
         assert build.census is not None and not build.census.missing
         # the control: the same reads of a file the jail does show succeed (the candidate's own source)
-        shown = source.replace(repr(paths), repr([str(tmp_path / "c" / "candidate.py")]))
+        shown = _reader([str(tmp_path / "c" / "candidate.py")], fail_at_import=True)
         seen = build_candidate(shown, "triton", get_task("gemm"), get_arch("h100"), {"M": 256, "N": 256, "K": 256},
                                workdir=tmp_path / "c", cache=False)
         assert not seen.ok and "the jail showed" in seen.error
@@ -283,8 +282,7 @@ def test_gpu_stages_leave_no_shm_marker_and_show_no_answers(tmp_path):
         (home / "notes.txt").write_text("a user's file")
         paths = [str(REPO / "tasks" / "gemm" / "solutions" / "triton.py"), str(store), str(home / "notes.txt"),
                  str(next((REPO / "reports").rglob("*.md"))), str(REPO)]
-        reader = (HERE / "read_host_files.py").read_text().replace("__PATHS__", repr(paths)).replace(
-            "__FAIL_AT_IMPORT__", "False")
+        reader = _reader(paths, fail_at_import=False)
         shm = (f"\nfor _f in ('/dev/shm', '/tmp'):\n    try:\n        open(os.path.join(_f, {marker!r}), 'w').write('x')\n"
                "    except OSError:\n        pass\n")
         verdict = evaluate(reader + shm, "triton", "gemm", "h100", {"M": 1024, "N": 1024, "K": 1024},

@@ -4,7 +4,7 @@
 # (the jail shows the system folders), which shows the attempts themselves work.
 import os
 
-PATHS = __PATHS__
+PATHS = []  # the test puts its paths here
 CONTROL = "/etc/os-release" if os.path.exists("/etc/os-release") else "/usr/lib/os-release"
 open(CONTROL).read(16)
 SEEN = []
@@ -18,7 +18,8 @@ for path in PATHS:
         SEEN += [f"{path}: lists {os.listdir(path)[:3]}"] if os.path.isdir(path) else []
     except OSError:
         pass
-if SEEN and __FAIL_AT_IMPORT__:
+FAIL_AT_IMPORT = True  # the GPU test sets False: what it saw then turns into a wrong answer
+if SEEN and FAIL_AT_IMPORT:
     raise RuntimeError("the jail showed: " + "; ".join(SEEN))
 
 import triton  # noqa: E402
