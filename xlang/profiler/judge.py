@@ -453,7 +453,8 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
     return chosen, tried
 
 
-def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 180.0) -> tuple[bool, str]:
+def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
+    # 40 s: a tool that hangs at one variant must leave the stage (300 s) time for the next ones and its run
     from xlang.sandbox import Jail, child_env, kill_uid, read_untrusted, read_untrusted_bytes, run_child
 
     home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=spec["stage_dir"]))

@@ -1,4 +1,4 @@
-"""HOSTILE candidate. Class: harness tampering (confused deputy: issue 31, class 1).
+"""HOSTILE candidate. Class: persistence (a confused deputy: issue 31, class 1; files left outside its folder).
 
 What it does: at import (in the static build and in every runtime stage) it plants symlinks in its working
 directory and HOME named like every file and folder the judge writes (build.json, verdict.json, spec.json,
