@@ -304,14 +304,19 @@ VARIANT_LEVELS = {"all": "", "no-pid": " (no PID namespace)", "shared": " (the h
 
 
 def _python_roots() -> list[str]:
-    """Folders the child's python needs: its installation and the site folders on our sys.path, never the
-    checkout (or a folder holding it) and never our working directory."""
+    """Folders the child's python needs: its installation and the site folders on our sys.path, and the CUDA
+    toolkit; never the checkout (or a folder holding it) and never our working directory."""
     roots = {sys.base_prefix, sys.prefix}
     # sys.path[0] is the script's folder or the working directory (a judge's stage folder): not a site folder
     script = os.path.abspath(sys.path[0] or os.getcwd()) if sys.path else None
     roots.update(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)
                  and os.path.abspath(p) not in (script, os.getcwd()))
     roots.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isdir(p))
+    # The CUDA toolkit (CUPTI for the observer, the tools' libraries), where it is not under /usr already.
+    roots.update(p for p in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if p and os.path.isdir(p))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.add(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
     keep = {os.path.realpath(r) for r in roots if not _names_checkout(r) and os.path.realpath(r) != "/"}
     keep = {r for r in keep if not _under(r, [d for d in SYSTEM_DIRS if not os.path.islink(d)])}
     return sorted(r for r in keep if not any(o != r and _under(r, [o]) for o in keep))  # nested: bound with it
