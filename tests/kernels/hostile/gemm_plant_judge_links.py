@@ -1,6 +1,7 @@
 """HOSTILE candidate. Class: persistence (a confused deputy: issue 31, class 1; files left outside its folder).
 
-What it does: at import (in the static build and in every runtime stage) it plants symlinks in its working
+What it does: at import, wherever CUDA is available (every runtime stage; the static build's jail has no GPU, so
+there only its CPU twin, tests/kernels/isolation/plant_links_build.py, acts), it plants symlinks in its working
 directory and HOME named like every file and folder the judge writes (build.json, verdict.json, spec.json,
 result.json, progress.txt, stdout.txt, stderr.txt, tool.log, report.ncu-rep, ncu CSVs, the stage folders, the
 kernel copies, the JIT cache), each pointing into the repository's xlang/profiler/ (found from its PYTHONPATH,
