@@ -298,3 +298,27 @@ def test_gpu_stages_leave_no_shm_marker_and_show_no_answers(tmp_path):
         shutil.rmtree(home, ignore_errors=True)
         for folder in ("/dev/shm", "/tmp"):
             Path(folder, marker).unlink(missing_ok=True)
+
+
+@pytest.mark.gpu
+def test_gpu_tool_stages_of_a_cuda_ptx_candidate_leave_no_shm_marker(tmp_path):
+    """The same for cuda_ptx: its shared object writes a marker in /dev/shm and /tmp when it is loaded (in the
+    check, memcheck and ncu processes alike); a plain-FMA GEMM, so its verdict is missing_instructions with
+    memcheck and Nsight Compute run. No marker survives the verdict; each stage's jail is recorded."""
+    marker = f"xlang-marker-{uuid.uuid4().hex[:8]}"
+    plant = ("#include <cstdio>\n__attribute__((constructor)) static void xlang_plant() {\n"
+             f'  for (const char* d : {{"/dev/shm/{marker}", "/tmp/{marker}"}}) {{\n'
+             '    FILE* f = fopen(d, "w"); if (f) { fputs("left by a candidate", f); fclose(f); }\n  }\n}\n')
+    source = plant + (Path(__file__).parent / "kernels" / "agent" / "gemm_fma.cu").read_text()
+    try:
+        verdict = evaluate(source, "cuda_ptx", "gemm", "h100", {"M": 512, "N": 512, "K": 512},
+                           EvalOptions(workdir=tmp_path / "e", peers=False))
+        print(json.dumps({"category": verdict.category, "detail": verdict.detail[:300],
+                          "stage_isolation": verdict.fingerprint.get("stage_isolation")}, indent=1))
+        assert verdict.correct, verdict.detail
+        assert verdict.memcheck.get("ran") and verdict.executed.get("ran"), verdict.detail
+        assert all(verdict.fingerprint["stage_isolation"].values())
+        assert not Path("/dev/shm", marker).exists() and not Path("/tmp", marker).exists()
+    finally:
+        for folder in ("/dev/shm", "/tmp"):
+            Path(folder, marker).unlink(missing_ok=True)
