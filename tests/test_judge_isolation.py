@@ -373,7 +373,7 @@ def test_kill_uid_ends_what_a_stage_left_behind_and_nothing_else():
 def test_a_jail_on_one_gpu_of_several_binds_only_that_gpus_node(monkeypatch, tmp_path):
     """With the GPU's minor number known, a bubblewrap jail binds /dev/nvidia<minor> and the driver's control
     nodes, never another GPU's node, and tells CUDA its one GPU is device 0 (what benchmarks/gpu_node_probe.sh
-    showed on two H200s: CUDA_VISIBLE_DEVICES=1 inside such a jail finds no GPU). Under a tool (no namespaces)
+    showed on two H200s: CUDA_VISIBLE_DEVICES=1 inside such a jail finds no GPU). Without bubblewrap (uid)
     or with the minor unknown, every node is bound as before."""
     from xlang import sandbox
 
@@ -394,7 +394,7 @@ def test_a_jail_on_one_gpu_of_several_binds_only_that_gpus_node(monkeypatch, tmp
     assert one.env() == one.env("1") == {"CUDA_VISIBLE_DEVICES": "0"}
     assert one.env("MIG-5e3c0b1a-0000-0000-0000-000000000000") == {}  # a UUID names the same device inside
     for jail in (sandbox.Jail(home=tmp_path, gpu=True, uid=64005),
-                 sandbox.Jail(home=tmp_path, gpu=True, gpu_node=1, relaxed=True, uid=64005),
+                 sandbox.Jail(home=tmp_path, gpu=True, gpu_node=1, namespaces="uid", uid=64005),
                  sandbox.Jail(home=tmp_path, gpu=True, gpu_node=7, uid=64005)):  # no such node here
         assert jail.env() == {}
         assert not jail.relaxed and {"/dev/nvidia0", "/dev/nvidia1"} <= bound(jail) or jail.relaxed

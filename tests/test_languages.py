@@ -155,7 +155,9 @@ def test_gluon_has_its_own_docs_and_seed_cache_and_runs_through_the_python_loade
     (tmp_path / "c.py").write_text("def xlang_entry(*a):\n    return 'called'\n")
     build = B.BuildResult(True, "gluon", "gemm", "h100", {}, str(tmp_path), load_path=str(tmp_path / "c.py"))
     assert be.load_entry(build)() == "called"
-    assert be.seed_cache(build) == tmp_path / ".triton"
+    assert be.seed_cache(build) is None  # no copy of the build child's JIT cache: nothing to seed
+    (tmp_path / "jit-cache").mkdir()  # the judge's copy of it (never the child's own folder)
+    assert be.seed_cache(build) == tmp_path / "jit-cache"
 
 
 # ---- the static-build protocol --------------------------------------------------------------------------------

@@ -299,7 +299,8 @@ def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_execute
         calls.append(stage)
         # ncu's own lines reach the judge on the pipe it shares with the runner it started (judge.run_tool_stage)
         tool_out = "==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n"
-        return ev.StageRun(ChildResult(0, "", "", False, 1.0), {"status": "ok", "runner_stdout": tool_out}, "", 1.0)
+        return ev.StageRun(ChildResult(0, "", "", False, 1.0), {"status": "ok", "runner_stdout": tool_out}, "", 1.0,
+                           tmp_path / stage)  # the run's folder: no report in it
 
     monkeypatch.setattr(ev, "find_tool", lambda name: "/usr/bin/true")
     monkeypatch.setattr(ev, "run_stage", fake_run_stage)

@@ -96,9 +96,9 @@ class BuildResult:
         return cls(**d)
 
     def save(self) -> Path:
-        path = Path(self.workdir) / "build.json"
-        path.write_text(json.dumps(self.to_dict(), indent=1))
-        return path
+        from xlang.sandbox import replace_file
+
+        return replace_file(Path(self.workdir) / "build.json", json.dumps(self.to_dict(), indent=1))
 
 
 class Backend(ABC):
@@ -226,9 +226,18 @@ class Backend(ABC):
         return []
 
     def seed_cache(self, build: BuildResult) -> Path | None:
-        """A JIT cache this build filled (inside build.workdir) that the runner may start from (copied into the
-        candidate's private home as its Triton cache), or None."""
+        """A JIT cache this build filled (the judge's copy, inside build.workdir) that the runner may start from
+        (copied into the candidate's private home as its JIT cache, `jit_cache`), or None."""
         return None
+
+
+# The layout of a build folder (BuildResult.workdir, the judge's: the candidate never had write access to it):
+#   candidate.<suffix>, build.json, the compiler's outputs and the judge's copies of a static build's files
+#   (k<i>.cubin, k<i>.ptx: names the judge chose), jit-cache/ (the copy of the child's JIT cache), and
+#   child/: the static-build child's HOME and output folder, the only folder the candidate could write, which
+#   the judge never writes into once the child started and reads only through read_untrusted_* (no links).
+CHILD_FOLDER = "child"
+JIT_CACHE_COPY = "jit-cache"
 
 
 class PythonModuleBackend(Backend):
@@ -256,7 +265,7 @@ class PythonModuleBackend(Backend):
         result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
         data, result.error, stdout = run_build_child(
             self.static_build, source_path, task, arch, shape, workdir, env={}, timeout_s=self.build_timeout_s,
-            what=self.static_build_what)
+            what=self.static_build_what, jit_cache=self.jit_cache)
         if data is None:
             return result
         problem = check_static_build_report(data)
@@ -275,6 +284,11 @@ class PythonModuleBackend(Backend):
         from xlang.candidate import load_module
 
         return load_module(build.load_path).xlang_entry
+
+    def seed_cache(self, build: BuildResult) -> Path | None:
+        """The judge's copy of the build child's JIT cache (`jit_cache` in its home), when it made one."""
+        copy = Path(build.workdir) / JIT_CACHE_COPY
+        return copy if self.jit_cache and copy.is_dir() else None
 
 
 STATIC_BUILD_PROTOCOL = 1
@@ -300,21 +314,31 @@ def check_static_build_report(data: dict) -> str | None:
 
 
 def run_build_child(module: str, source_path: Path, task, arch, shape: dict, workdir: Path, env: dict,
-                    timeout_s: float, what: str) -> tuple[dict | None, str | None, str]:
+                    timeout_s: float, what: str, jit_cache: str | None = None) -> tuple[dict | None, str | None, str]:
     """Run a Python-hosted language's static build (MODULE.main(source, task, arch, shape_json, out_dir)) in a
-    sandboxed child; it leaves OUT_DIR/static_build.json. Returns (that report, error, the child's stdout)."""
-    from xlang.sandbox import Jail, inside, python_child, read_untrusted
+    sandboxed child whose HOME and OUT_DIR is a fresh workdir/child; it leaves OUT_DIR/static_build.json.
+    The files that report names (cubins, PTX) and the child's JIT cache (`jit_cache` in its home) are copied
+    into workdir under names the judge chooses (k<i>.cubin, k<i>.ptx, jit-cache/), never through a link, and
+    the report returned names the copies. Returns (that report, error, the child's stdout)."""
+    import shutil
+
+    from xlang.sandbox import (Jail, copy_untrusted_tree, python_child, read_untrusted, read_untrusted_below,
+                               replace_file)
     from xlang.task import peer_library_folders
 
     timeout_s = min(timeout_s, _build_limit.get())  # the caller's limit (build --timeout) wins when lower
-    # The candidate's Python runs here: jailed, with the build folder as its own HOME (its private JIT
-    # caches: never a cache another candidate wrote or will read).
-    child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(workdir)],
-                         timeout=timeout_s, cwd=workdir, env=env,
-                         jail=Jail(home=workdir, hidden=peer_library_folders()))
+    # The candidate's Python runs here: jailed, with a fresh folder of its own as HOME (its private JIT
+    # caches: never a cache another candidate wrote or will read); it reads its source, never writes beside it.
+    child_dir = workdir / CHILD_FOLDER
+    if child_dir.exists() or child_dir.is_symlink():  # a rebuild in a kept folder: the old child's files go
+        shutil.rmtree(child_dir) if child_dir.is_dir() and not child_dir.is_symlink() else child_dir.unlink()
+    child_dir.mkdir(mode=0o700)
+    child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
+                         timeout=timeout_s, cwd=child_dir, env=env,
+                         jail=Jail(home=child_dir, readable=[source_path], hidden=peer_library_folders()))
     if child.timed_out:
         return None, f"the build ({what}) exceeded {timeout_s:.0f} s{BUILD_TIMEOUT_MARK}", child.stdout
-    text = read_untrusted(workdir / "static_build.json", limit=8 << 20)
+    text = read_untrusted(child_dir / "static_build.json", limit=8 << 20)
     try:
         report = json.loads(text) if text is not None else None
     except json.JSONDecodeError:
@@ -322,10 +346,35 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     if not isinstance(report, dict):
         return None, "the build process died: " + trim_log(
             child.stderr or child.stdout or f"exit code {child.returncode}"), child.stdout
-    outside = [p for p in _paths_in(report) if inside(p, workdir) is None]
+    outside = [p for p in _paths_in(report) if _below(p, child_dir) is None]
     if outside:  # the report names files we would read (cubins, PTX): only the build's own, no links
         return None, f"the build named files outside its folder or through links: {outside[0][:200]}", ""
+    copies: dict[str, str] = {}  # what the report named -> the judge's copy (a file named twice is copied once)
+    for k in report.get("kernels") or [] if report.get("ok") else []:
+        for key in ("cubin", "ptx"):
+            if not isinstance(k, dict) or not isinstance(k.get(key), str):
+                continue
+            if k[key] not in copies:
+                data = read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
+                if data is None:
+                    return None, f"the build named a file that is not a regular file of its own: {k[key][:200]}", ""
+                copies[k[key]] = str(replace_file(workdir / f"k{len(copies)}.{key}", data))
+            k[key] = copies[k[key]]
+    if jit_cache and report.get("ok"):
+        old = workdir / JIT_CACHE_COPY
+        if old.is_dir() and not old.is_symlink():  # a rebuild in a kept folder
+            shutil.rmtree(old)
+        copy_untrusted_tree(child_dir / jit_cache, old)
     return report, None, child.stdout
+
+
+def _below(path, folder: Path) -> str | None:
+    """path relative to folder when it names something below it by its spelling alone (absolute, no '..'),
+    else None. What is there is then opened component by component without following links."""
+    if not isinstance(path, str) or not os.path.isabs(path) or ".." in Path(path).parts:
+        return None
+    rel = os.path.relpath(os.path.normpath(path), folder)
+    return None if rel == "." or rel.startswith("..") else rel
 
 
 _FILE_KEYS = ("cubin", "ptx")
@@ -490,7 +539,9 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
     workdir.mkdir(parents=True, exist_ok=True)
     source_text = read_source(source) if isinstance(source, Path) else source
     source_path = workdir / f"candidate{backend.suffix}"
-    source_path.write_text(source_text)
+    from xlang.sandbox import replace_file
+
+    replace_file(source_path, source_text)
     start = time.monotonic()
     key = build_cache.key(source_text, lang, task, arch, shape, required) if cache else None
     hit = build_cache.lookup(key, workdir) if key else None
@@ -507,7 +558,7 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
         if not result.kernels:
             result.ok, result.error = False, "the candidate compiled no GPU kernel"
         else:
-            ptx = [Path(p).read_text() for p in sorted({k.ptx for k in result.kernels if k.ptx})]
+            ptx = [Path(p).read_text(errors="replace") for p in sorted({k.ptx for k in result.kernels if k.ptx})]
             binaries = sorted({k.cubin for k in result.kernels})
             result.census = take_census(binaries, ptx, arch, required)
             result.host_round_trip = backend.host_round_trip(source_text, result)

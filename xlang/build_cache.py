@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import xlang
+from xlang.sandbox import copy_untrusted_file, replace_file, write_new
 
 FORMAT = 1  # bumped when the entry layout changes
 CACHE_ENV = "XLANG_BUILD_CACHE"
@@ -127,23 +128,27 @@ def store(k: str, result) -> bool:
         if _verified(final, k) is not None:
             return True
         shutil.rmtree(final, ignore_errors=True)  # torn or tampered: replaced by this build's files
+    from xlang.backend import CHILD_FOLDER
+
     try:
         rels = [Path(p).resolve().relative_to(workdir) for p in _referenced(result)]
     except ValueError:
         return False  # a file outside the workdir: nothing we can vouch for
-    if any(p.is_symlink() for p in map(Path, _referenced(result))):
-        return False
+    if any(p.is_symlink() for p in map(Path, _referenced(result))) or any(
+            rel.parts[:1] == (CHILD_FOLDER,) for rel in rels):
+        return False  # a link, or a file of the candidate's folder: the judge keeps only its own copies
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=final.parent))
         files = {}
-        for rel in rels:
+        for rel in rels:  # the judge's own files of the build (never the child's folder)
             dest = tmp / "files" / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(workdir / rel, dest)
+            if not copy_untrusted_file(workdir / rel, dest):
+                raise OSError(f"{rel} is not a regular file")
             files[str(rel)] = _sha256(dest)
         text = _rebase(json.dumps(result.to_dict()), str(workdir), _PLACEHOLDER)
-        (tmp / "manifest.json").write_text(json.dumps({"key": k, "files": files, "result": text}))
+        write_new(tmp / "manifest.json", json.dumps({"key": k, "files": files, "result": text}))
         try:
             os.rename(tmp, final)
         except OSError:  # another process stored it first: keep theirs
@@ -184,7 +189,7 @@ def lookup(k: str, workdir: Path):
         for rel, digest in files.items():
             dest = workdir / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(entry / "files" / rel, dest)
+            replace_file(dest, (entry / "files" / rel).read_bytes())
             if _sha256(dest) != digest:  # changed between the check and the copy
                 return None
         result = BuildResult.from_dict(json.loads(_rebase(manifest["result"], _PLACEHOLDER, str(workdir))))

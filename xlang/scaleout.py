@@ -207,10 +207,14 @@ def cluster_has(sm: str) -> bool:
 
 
 def pack(build) -> bytes:
-    """The build's folder as a tar.gz (what another node needs to load and judge it)."""
+    """The build's folder as a tar.gz (what another node needs to load and judge it): the judge's files only,
+    never the static-build child's own folder (whatever the candidate left there, links included)."""
+    from xlang.backend import CHILD_FOLDER
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(build.workdir, arcname="build")
+        tar.add(build.workdir, arcname="build",
+                filter=lambda info: None if info.name.split("/")[1:2] == [CHILD_FOLDER] else info)
     return buf.getvalue()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from xlang.backend import Backend, BuildResult, KernelImage, trim_log
 from xlang.census import disassemble
+from xlang.sandbox import replace_file
 from xlang.task import ENTRY_POINT
 from xlang.toolchain import require_tool
 
@@ -113,7 +114,7 @@ class CudaPtxBackend(Backend):
         result.log = trim_log(log)
         ptx = workdir / "candidate.ptx"
         ptx_proc = subprocess.run([str(require_tool("cuobjdump")), "-ptx", str(so)], capture_output=True, text=True)
-        ptx.write_text(ptx_proc.stdout)
+        replace_file(ptx, ptx_proc.stdout)  # never through a link (sandbox.replace_file)
         result.kernels = [KernelImage(name, str(so), str(ptx)) for name in disassemble(so)]
         result.load_path = str(so)
         result.ok = True

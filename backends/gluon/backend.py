@@ -8,9 +8,7 @@ cubins into the candidate's private Triton cache, where the judge finds them, ex
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from xlang.backend import TORCH_COMPUTE_FORBIDDEN, BuildResult, PythonModuleBackend
+from xlang.backend import TORCH_COMPUTE_FORBIDDEN, PythonModuleBackend
 
 
 class GluonBackend(PythonModuleBackend):
@@ -25,10 +23,6 @@ class GluonBackend(PythonModuleBackend):
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),
     )
-
-    def seed_cache(self, build: BuildResult) -> Path | None:
-        """The build child's Triton cache (Gluon compiles through Triton): the runner starts from these cubins."""
-        return Path(build.workdir) / ".triton"
 
 
 BACKEND = GluonBackend()

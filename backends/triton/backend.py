@@ -7,9 +7,7 @@ sm_100a (Triton picks the 'a' variant for 9.0 and 10.0) and its cubin and PTX ar
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from xlang.backend import TORCH_COMPUTE_FORBIDDEN, BuildResult, PythonModuleBackend
+from xlang.backend import TORCH_COMPUTE_FORBIDDEN, PythonModuleBackend
 
 
 class TritonBackend(PythonModuleBackend):
@@ -24,10 +22,6 @@ class TritonBackend(PythonModuleBackend):
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),
     )
-
-    def seed_cache(self, build: BuildResult) -> Path | None:
-        """The build child's Triton cache (its HOME is the build folder): the runner starts from these cubins."""
-        return Path(build.workdir) / ".triton"
 
 
 BACKEND = TritonBackend()

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,8 @@ from xlang import verdict as V
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler import ncu as ncu_mod
 from xlang.profiler import sanitizer as san_mod
-from xlang.sandbox import ChildResult, kill_uid, level as isolation_level, run_child
+from xlang.sandbox import (ChildResult, copy_untrusted_file, kill_uid, level as isolation_level, read_untrusted,
+                           replace_file, run_child, write_new)
 from xlang.toolchain import find_tool
 
 JUDGE_MODULE = "xlang.profiler.judge"
@@ -119,6 +119,7 @@ class StageRun:
     result: dict | None
     progress: str
     seconds: float
+    stage_dir: Path | None = None  # the judge's folder of this run (fresh per run: ncu, ncu-2, ...)
 
     @property
     def last_step(self) -> str:
@@ -133,15 +134,12 @@ def judge_command(spec_path: Path) -> list[str]:
 def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict | None = None, cancel=None,
               deadline=None, child_cmd: list[str] | None = None) -> StageRun:
     """Write the spec, run the judge for one stage (it starts the candidate's process itself), read its result.
-    The stage's folder is the judge's own (0700): the candidate never sees it."""
-    stage_dir = workdir / stage
-    stage_dir.mkdir(mode=0o700, exist_ok=True)
+    The stage's folder is the judge's own (0700, made fresh for this run: `stage`, else `stage-2`, ...): the
+    candidate's processes get homes of their own inside it and can write nothing else there."""
+    stage_dir = _fresh_folder(workdir, stage)
     spec = dict(spec, mode=spec.get("mode", stage), stage_dir=str(stage_dir),
                 out=str(stage_dir / "result.json"), progress=str(stage_dir / "progress.txt"), parent_pid=os.getpid())
-    for key in ("out", "progress"):
-        Path(spec[key]).unlink(missing_ok=True)
-    spec_path = stage_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, default=str))
+    spec_path = write_new(stage_dir / "spec.json", json.dumps(spec, default=str))
     start = time.monotonic()
     cmd = child_cmd or judge_command(spec_path)  # child_cmd: tests only
     child = run_child(cmd, timeout, cwd=stage_dir, env=env,
@@ -151,17 +149,30 @@ def run_stage(spec: dict, workdir: Path, stage: str, timeout: float, env: dict |
 
     for uid in stage_uids(spec):
         kill_uid(uid)
-    out = Path(spec["out"])
     result = None
-    if out.is_file():
+    text = read_untrusted(Path(spec["out"]), 64 << 20)
+    if text is not None:
         try:
-            result = json.loads(out.read_text())
+            result = json.loads(text)
         except json.JSONDecodeError:
             result = None
-    progress = Path(spec["progress"]).read_text() if Path(spec["progress"]).is_file() else ""
-    (stage_dir / "stdout.txt").write_text(child.stdout)
-    (stage_dir / "stderr.txt").write_text(child.stderr)
-    return StageRun(child, result, progress, time.monotonic() - start)
+    progress = read_untrusted(Path(spec["progress"]), 4 << 20) or ""
+    write_new(stage_dir / "stdout.txt", child.stdout)
+    write_new(stage_dir / "stderr.txt", child.stderr)
+    return StageRun(child, result, progress, time.monotonic() - start, stage_dir)
+
+
+def _fresh_folder(workdir: Path, name: str) -> Path:
+    """A new folder of the judge's under workdir: `name`, or `name-2`, `name-3`... when taken (mkdir makes it
+    or fails: never a folder, or a link, that was there)."""
+    for n in range(1, 1000):
+        folder = workdir / (name if n == 1 else f"{name}-{n}")
+        try:
+            folder.mkdir(mode=0o700)
+            return folder
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"no fresh folder for stage {name} in {workdir}")
 
 
 def _tail(text: str, lines: int = 15, chars: int = 2500) -> str:
@@ -207,9 +218,7 @@ class TimingGate:
 
     def open(self, go: bool) -> None:
         if self.opened is None:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("go" if go else "skip")
-            tmp.replace(self.path)  # atomic: the worker never reads half a word
+            replace_file(self.path, "go" if go else "skip")  # atomic: the worker never reads half a word
             self.opened = time.monotonic()
 
     def deadline(self, start: float):
@@ -242,18 +251,16 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
     tool = find_tool("compute-sanitizer")
     if tool is None:
         return {"ran": False, "note": "compute-sanitizer not found"}, None
-    log = workdir / "memcheck" / "tool.log"  # the judge drains the tool's log (a pipe) into its own folder
-    log.parent.mkdir(mode=0o700, exist_ok=True)
-    log.unlink(missing_ok=True)
     prefix = san_mod.command(str(tool), []) + ["--log-file", "{LOG}"]
-    spec = {**spec, "tool": prefix, "trials": spec["memcheck_trials"]}
+    spec = {**spec, "mode": "memcheck", "tool": prefix, "trials": spec["memcheck_trials"]}
     # No caching allocator in the judge either way: the candidate's buffers are allocations of their own.
     run = run_stage(spec, workdir, "memcheck", options.memcheck_timeout_s, env=_stage_env(options, gpu),
                     cancel=cancel)
-    raw = log.read_text(errors="replace") if log.is_file() else ""
+    raw = read_untrusted(run.stage_dir / "tool.log", 256 << 20) or ""  # the judge's copy of the tool's log
     parsed = san_mod.parse_memcheck("\n".join("========= " + ln if not ln.startswith("=") else ln
                                                for ln in raw.splitlines()))
     info = {"ran": True, "shapes": [t[0] for t in spec["trials"]], "seconds": round(run.seconds, 2),
+            "isolation": (run.result or {}).get("isolation"), "jail_ladder": (run.result or {}).get("jail_ladder"),
             "errors": parsed["errors"], "kinds": parsed["kinds"], "reports": parsed["reports"][:5],
             "summary_found": parsed["summary_found"]}
     if run.child.cancelled:
@@ -291,26 +298,26 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     if tool is None:
         return {"ran": False, "note": "ncu (Nsight Compute) not found"}, (
             V.RUNTIME_ERROR, "cannot verify executed instructions: ncu (Nsight Compute) not found")
-    report = workdir / "ncu" / "report"
-    report.parent.mkdir(mode=0o700, exist_ok=True)
     attempts, profiles, run = [], [], None
     for replay in NCU_ATTEMPTS:
         if gpu_free is not None and gpu_free.is_set() and check_done is not None:
             while not check_done.wait(0.2) and not (cancel is not None and cancel.is_set()):
                 pass  # the check may be timing now; a cancelled verdict needs no second profile
-        report_file = Path(str(report) + ".ncu-rep")  # the judge copies it here from where ncu wrote it
-        report_file.unlink(missing_ok=True)
         prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=True)
-        run = run_stage({**spec, "tool": prefix, "trials": spec["ncu_trials"], "nvtx_last": ncu_mod.NVTX_RANGE},
+        run = run_stage({**spec, "mode": "ncu", "tool": prefix, "trials": spec["ncu_trials"],
+                         "nvtx_last": ncu_mod.NVTX_RANGE},
                         workdir, "ncu", options.ncu_timeout_s, env=_stage_env(options, gpu), cancel=cancel)
-        attempt = {"replay": replay, "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out}
+        report_file = run.stage_dir / "report.ncu-rep"  # the judge copied it here from where ncu wrote it
+        attempt = {"replay": replay, "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out,
+                   "isolation": (run.result or {}).get("isolation"),
+                   "jail_ladder": (run.result or {}).get("jail_ladder")}
         attempts.append(attempt)
         if run.child.timed_out or run.child.cancelled:
             break
         if report_file.is_file():
             if gpu_free is not None:
                 gpu_free.set()
-            profiles = _ncu_imports(str(tool), report_file, report.parent)
+            profiles = _ncu_imports(str(tool), report_file, run.stage_dir)
             attempt["kernels"] = len(profiles)
             if profiles:
                 break
@@ -320,7 +327,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             break  # the candidate itself failed: another replay mode will not help
     info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0],
             "gpu_watch": (run.result or {}).get("gpu_watch") if run else None,
-            "candidate_output": (run.result or {}).get("candidate_output") if run else None}
+            "candidate_output": (run.result or {}).get("candidate_output") if run else None,
+            "isolation": attempts[-1].get("isolation") if attempts else None}
     if run is not None and (run.result or {}).get("status") == "forbidden_call":  # whatever the report says
         return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + run.result.get("detail", ""))
     if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
@@ -527,9 +535,9 @@ def _ncu_imports(tool: str, report: Path, workdir: Path) -> list:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
             outputs[key] = proc.stdout
-            (workdir / f"ncu_{key}.csv").write_text(proc.stdout)
+            write_new(workdir / f"ncu_{key}.csv", proc.stdout)
             if proc.stderr.strip():
-                (workdir / f"ncu_{key}.stderr.txt").write_text(proc.stderr)
+                write_new(workdir / f"ncu_{key}.stderr.txt", proc.stderr)
         except subprocess.TimeoutExpired:
             outputs[key] = ""
 
@@ -605,8 +613,9 @@ def _archive(workdir: Path, options: EvalOptions, label: str) -> None:
     dest = Path(target) / label
     dest.mkdir(parents=True, exist_ok=True)
     for p in workdir.iterdir():
-        if p.is_file() and p.suffix in (".txt", ".csv", ".json") and p.stat().st_size < (8 << 20):
-            shutil.copy2(p, dest / p.name)
+        if p.is_file() and not p.is_symlink() and p.suffix in (".txt", ".csv", ".json") \
+                and p.stat().st_size < (8 << 20):
+            copy_untrusted_file(p, dest / p.name)
 
 
 
@@ -667,7 +676,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
             verdict.detail = detail + host_evidence_text(verdict)
         verdict.fingerprint["seconds"] = round(time.monotonic() - started, 2)
         try:
-            (workdir / "verdict.json").write_text(json.dumps(verdict.to_dict(), indent=1, default=str))
+            replace_file(workdir / "verdict.json", json.dumps(verdict.to_dict(), indent=1, default=str))
             _archive(workdir, options, label)
         except OSError:
             pass
@@ -725,7 +734,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     timing_seed = options.timing_seed if options.timing_seed is not None else \
         random.SystemRandom().randrange(1, 2**31 - 10**6)
     load = build.load_path
-    readable = [str(Path(build.workdir).resolve())]
+    readable = [str(Path(load).resolve())]  # the file the runner loads: nothing else of the build folder
     spec = {
         "lang": lang, "task": task.name, "arch": arch.name, "device": "cuda", "gpu_index": gpu.get("index"),
         "gpu_minor": gpu.get("minor"),  # its /dev/nvidiaN: the jailed runners see that GPU only
@@ -829,9 +838,13 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         failures.append(failure)
     else:
         verdict.memcheck = {"ran": False, "note": "skipped (--no-memcheck)"}
+    # The jail of every stage (a tool stage takes the strongest its tool works in: judge.tool_jail_variant).
+    verdict.fingerprint["stage_isolation"] = {"check": verdict.isolation,
+                                              "memcheck": (verdict.memcheck or {}).get("isolation"), "ncu": None}
     if ncu_future is not None:
         verdict.executed, failure = ncu_future.result()
         _take_output(verdict, "ncu", verdict.executed)
+        verdict.fingerprint["stage_isolation"]["ncu"] = (verdict.executed or {}).get("isolation")
         verdict.executed_ok = True if failure is None else \
             False if failure[0] in (V.NOT_EXECUTED, V.HOST_COMPUTE) else None
         failures.append(failure)

@@ -40,6 +40,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -52,12 +53,17 @@ class CandidateError(Exception):
 
 class _Progress:
     def __init__(self, path: str | None):
+        from xlang.sandbox import write_new
+
         self.path = path
+        if path:
+            write_new(path, "")  # in the judge's own (fresh) folder: a name already there is not ours
 
     def __call__(self, text: str) -> None:
+        from xlang.sandbox import append_judge_file
+
         if self.path:
-            with open(self.path, "a") as f:
-                f.write(f"{time.monotonic():.3f} {text}\n")
+            append_judge_file(self.path, f"{time.monotonic():.3f} {text}\n")
 
 
 def seed_for(base: int, shape_index: int, trial: int) -> int:
@@ -164,7 +170,12 @@ def wait_at_gate(spec_timing: dict, progress) -> bool:
     if not gate:
         return True
     progress("timing: waiting for memcheck and Nsight Compute to leave the GPU")
-    Path(spec_timing["gate_waiting"]).touch()  # the parent stops our clock while we wait
+    from xlang.sandbox import write_new
+
+    try:
+        write_new(spec_timing["gate_waiting"], "")  # the parent stops our clock while we wait
+    except FileExistsError:
+        pass
     give_up = time.monotonic() + float(spec_timing.get("gate_max_wait_s", 3600))  # the parent died
     while not Path(gate).is_file():
         if time.monotonic() > give_up:
@@ -239,41 +250,44 @@ class Runner:
     def __init__(self, spec: dict, role: str, hello: dict | None, tool: list[str] | None = None, observer=None):
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
-        from xlang.sandbox import Jail, _Tail, child_env
+        from xlang.sandbox import Jail, _Tail, child_env, copy_untrusted_tree
 
         self.role, self.observer, self.killed = role, observer, False
         self.watch = None  # the stage's GpuWatch (the candidate's runner only), armed by start()
         stage_dir = Path(spec["stage_dir"])
-        home = stage_dir / f"{role}-home"
-        home.mkdir(parents=True, exist_ok=True)
+        # A fresh home for every process (never one a candidate had before, with its links), in the judge's
+        # folder; the judge writes into it only before the process starts (the seed cache), never after.
+        home = Path(tempfile.mkdtemp(prefix=f"{role}-home-", dir=stage_dir))
         readable = [Path(p) for p in spec.get("readable", []) if Path(p).exists()]
         if observer is not None:
             readable.append(observer.library.parent)
-        seed_cache = spec.get("seed_cache")  # the build's JIT cache: this same candidate's, copied, never shared
+        seed_cache = spec.get("seed_cache")  # the build's JIT cache: this same candidate's, the judge's copy
         if seed_cache and Path(seed_cache).is_dir() and role == "candidate":
-            shutil.copytree(seed_cache, home / ".triton", symlinks=True, dirs_exist_ok=True)
+            copy_untrusted_tree(Path(seed_cache), home / (spec.get("jit_cache") or ".triton"))
         self.home = home
         self.uid = stage_uids(spec)[0 if role == "candidate" or tool else -1]
-        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", relaxed=tool is not None, uid=self.uid,
-                    gpu_node=spec.get("gpu_minor"),
+        variant, self.ladder = ("all", None) if not tool else tool_jail_variant(spec, list(tool))
+        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", namespaces=variant, uid=self.uid,
+                    gpu_node=spec.get("gpu_minor"), tools=tool_folders(tool),
                     hidden=[Path(p) for p in spec.get("hidden", [])] if role == "candidate" else [])
         jail.prepare()
+        self.jail, self.isolation = jail, jail.isolation()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno()), spec["device"]]
         fds = [child.fileno()]
         self.tool_log = self.tool_report = None
         if tool:
-            # The tool runs beside the candidate under the candidate's uid (measured on the H200: with the tool
-            # as root and only the target dropped, compute-sanitizer finds no target). It writes its log and
-            # report in the candidate's home; we copy them out afterwards, never through a link. (An inherited
-            # pipe as --log-file stayed empty: the tool closes other descriptors.)
+            # The tool and the candidate both run inside the jail, under the candidate's uid (measured on the
+            # H200: with the tool as root and only the target dropped, compute-sanitizer finds no target). It
+            # writes its log and report in the candidate's home; we copy them out afterwards, never through a
+            # link. (An inherited pipe as --log-file stayed empty: the tool closes other descriptors.)
             self.tool_log, self.tool_report = home / "tool.log", home / "report"
             tool = [a.replace("{LOG}", str(self.tool_log)).replace("{REPORT}", str(self.tool_report)) for a in tool]
             cmd = jail.command(tool + runner_cmd)
             self.tool_cmd = tool
         else:
             cmd = jail.command(runner_cmd)
-        env = child_env(home=home, extra={**dict(spec.get("env") or {}),
+        env = child_env(jail=jail, extra={**dict(spec.get("env") or {}),
                                           **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
         if observer is not None:
             obs_env, obs_fds = observer.child_args()
@@ -404,6 +418,10 @@ class Runner:
         if self.proc.poll() is None:
             self.proc.kill()
         kill_uid(self.uid)  # anything of the candidate's uid still alive (a survivor of a relaxed jail)
+        if self.jail.relaxed:  # no private /tmp and /dev/shm: what it left in the host's goes
+            from xlang.sandbox import remove_uid_files
+
+            remove_uid_files(self.uid)
         try:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -426,6 +444,89 @@ def _tool_dirs(paths: list[str]) -> list[str]:
         if real and not os.path.basename(real).startswith("python"):
             dirs.add(os.path.dirname(os.path.dirname(real)))
     return sorted(d for d in dirs if d not in ("/", "/usr", "/usr/local", "/bin", "/usr/bin"))
+
+
+def tool_folders(tool: list[str] | None) -> list[Path]:
+    """What a tool needs bound into the jail it runs in with its target: its own install folder (the folder
+    above its real path's, e.g. /opt/nvidia/nsight-compute) and /opt/nvidia, where NVIDIA's tools install
+    and the CUDA toolkit's launchers of them point."""
+    if not tool:
+        return []
+    found = [Path(d) for d in _tool_dirs([tool[0]])]
+    return found + ([Path("/opt/nvidia")] if Path("/opt/nvidia").is_dir() else [])
+
+
+# Failure signatures of a tool whose injection did not reach its target (compute-sanitizer's is the first).
+INJECTION_FAILED = ("terminated before the first instrumented API call", "before first instrumented API call",
+                    "Failed to connect", "failed to initialize the injection")
+LADDER_VERSION = 1
+
+
+def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
+    """The strongest jail (sandbox.VARIANTS, in order) in which this tool works with a target of ours: every
+    variant is tried with a trusted probe (the runner's `probe`: one CUDA kernel inside the NVTX range Nsight
+    Compute's filter names, no candidate code) under the same tool command until the tool ends well and wrote
+    its log or report without its injection failure's signature. Decided by our probe, never by the
+    candidate's run, so a candidate cannot make its own stage fail to get a weaker jail. Kept per machine (the
+    tool's command, bubblewrap, the kernel) in XLANG_CACHE/jail-ladder. -> (variant, what each probe gave)."""
+    from xlang.sandbox import VARIANTS, bwrap_path, level, replace_file
+
+    if level() == "process":
+        return "uid", [{"variant": "uid", "ok": None, "why": "no bubblewrap here"}]
+    key = hashlib.sha256(json.dumps([tool, spec["device"], spec.get("nvtx_last"), level(), bwrap_path(),
+                                     os.uname().release, LADDER_VERSION]).encode()).hexdigest()[:24]
+    cache = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / "jail-ladder" / f"{key}.json"
+    try:
+        known = json.loads(cache.read_text())
+        if known.get("variant") in VARIANTS:
+            return known["variant"], known["tried"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    tried = []
+    for variant in VARIANTS:
+        ok, why = _probe_tool(spec, tool, variant)
+        tried.append({"variant": variant, "ok": ok, "why": why})
+        if ok:
+            break
+    chosen = next((t["variant"] for t in tried if t["ok"]), VARIANTS[-1])
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(cache, json.dumps({"variant": chosen, "tried": tried}))
+    except OSError:
+        pass
+    return chosen, tried
+
+
+def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
+    # 40 s: a tool that hangs at one variant must leave the stage (300 s) time for the next ones and its run
+    from xlang.sandbox import Jail, child_env, kill_uid, read_untrusted, read_untrusted_bytes, run_child
+
+    home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=spec["stage_dir"]))
+    uid = stage_uids(spec)[0]
+    jail = Jail(home=home, readable=[Path(p) for p in spec.get("readable", []) if Path(p).exists()],
+                gpu=spec["device"] == "cuda", namespaces=variant, uid=uid, gpu_node=spec.get("gpu_minor"),
+                tools=tool_folders(tool))
+    jail.prepare()
+    log, report = home / "tool.log", home / "report"
+    cmd = [a.replace("{LOG}", str(log)).replace("{REPORT}", str(report)) for a in tool]
+    cmd += [sys.executable, "-m", "xlang.profiler.runner", "probe", spec["device"], spec.get("nvtx_last") or ""]
+    env = child_env(jail=jail, extra={**dict(spec.get("env") or {}),
+                                      **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
+    try:
+        run = run_child(jail.command(cmd), timeout_s, raw_env=env)
+    finally:
+        kill_uid(uid)
+    said = (run.stdout + "\n" + run.stderr + "\n" + (read_untrusted(log) or ""))
+    if run.timed_out:
+        return False, f"no end within {timeout_s:.0f} s"
+    failed = next((sig for sig in INJECTION_FAILED if sig in said), None)
+    if failed or run.returncode != 0:
+        return False, (f"'{failed}'" if failed else f"exit {run.returncode}") + ": " + _last_line(said)
+    if any("{LOG}" in a for a in tool) and "ERROR SUMMARY" not in (read_untrusted(log) or ""):
+        return False, "no ERROR SUMMARY in its log"
+    if any("{REPORT}" in a for a in tool) and not read_untrusted_bytes(Path(str(report) + ".ncu-rep"), 1 << 20):
+        return False, "no report"
+    return True, "ok"
 
 
 def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str], spare=()) -> int:
@@ -648,12 +749,12 @@ class Provenance:
     def rescan(self) -> None:
         """Hash the cubins the language's JIT wrote into its cache in the candidate's home: only there, so a
         cubin of another toolchain (nvcc or Triton run by a CuTe DSL or cuda_ptx candidate) is not its own."""
+        from xlang.sandbox import untrusted_files
+
         if self.home is None or not self.jit_cache:
             return
-        for path in list((self.home / self.jit_cache).rglob("*.cubin"))[:2000]:
-            if str(path) not in self.scanned:
-                self.scanned.add(str(path))
-                self._add(path)
+        for _rel, data in untrusted_files(self.home / self.jit_cache, ".cubin"):  # no link followed, by fds
+            self.own.add(hashlib.sha256(data).hexdigest())
 
     def is_own(self, k) -> bool:
         """Whether the candidate's toolchain made this kernel: its module is one of the candidate's, or an
@@ -1247,13 +1348,13 @@ def run_tool_stage(ctx, progress) -> dict:
 
 
 def _collect_tool_output(runner: "Runner", spec: dict) -> None:
-    """The tool's log is already ours (a pipe); its report is copied out of the candidate's home."""
-    from xlang.sandbox import read_untrusted_bytes
+    """The tool's log and report are copied out of the candidate's home into the judge's folder."""
+    from xlang.sandbox import read_untrusted_bytes, write_new
 
     for source, name in ((runner.tool_log, "tool.log"), (Path(str(runner.tool_report) + ".ncu-rep"), "report.ncu-rep")):
         data = read_untrusted_bytes(source, 1 << 30) if source is not None else None
         if data:
-            (Path(spec["stage_dir"]) / name).write_bytes(data)
+            write_new(Path(spec["stage_dir"]) / name, data)
 
 
 JIT_MODULES_MAX = 2000  # as Provenance.rescan
@@ -1368,12 +1469,14 @@ def _run(spec: dict, progress, ctx: dict) -> dict:
     ctx.update({"spec": spec, "task": task, "kind": kind, "atol": task.tolerance["atol"],
                 "rtol": task.tolerance["rtol"], "call_timeout_s": float(spec.get("call_timeout_s", 120)),
                 "secret": random.SystemRandom().randrange(1 << 30)})
-    from xlang.sandbox import _uid_drop_sees_python, level
+    from xlang.sandbox import level
 
-    # Tool stages run the candidate without bwrap: under its own uid where that uid can run our Python, else
-    # as we are (say so: 'process').
-    isolation = level() if spec["mode"] == "check" else ("uid" if _uid_drop_sees_python() else "process")
+    # The jail the candidate's process got in this stage (a tool stage: the strongest its tool works in).
+    runner = ctx.get("runner")
+    isolation = runner.isolation if runner is not None else level()
     result: dict = {"status": "ok", "fingerprint": fp, "mode": spec["mode"], "isolation": isolation}
+    if runner is not None and runner.ladder is not None:
+        result["jail_ladder"] = runner.ladder
     try:
         if spec["mode"] == "check":
             result.update(run_check(ctx, progress))
@@ -1405,9 +1508,9 @@ def main(argv: list[str]) -> int:
         result = {"status": "harness_error", "detail": "judge failed: " + "".join(
             traceback.format_exception_only(type(e), e)).strip()[:3000], "traceback": traceback.format_exc()[-6000:]}
     result["pid"] = os.getpid()
-    tmp = Path(spec["out"] + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))
-    tmp.replace(spec["out"])
+    from xlang.sandbox import replace_file
+
+    replace_file(spec["out"], json.dumps(result, default=str))
     sys.stdout.flush()
     os._exit(0)
 
