@@ -209,7 +209,9 @@ def untrusted_files(folder: Path, suffix: str, limit: int = 64 << 20, max_files:
         return
 
 
-def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
+def _read_at(dir_fd: int | None, name: str | Path, limit: int) -> bytes | None:
+    """A regular file `name` (in `dir_fd`, or a path), opened without following a link, at most `limit` bytes;
+    None when missing, a link or anything but a regular file."""
     import stat
 
     try:
@@ -756,16 +758,4 @@ def inside(path: str | Path, folder: Path) -> Path | None:
 def read_untrusted_bytes(path: Path, limit: int) -> bytes | None:
     """A file a candidate could have written (a build report, a cubin its JIT wrote, a tool's log in its home):
     never through a symlink, only a regular file, at most `limit` bytes. None when missing or anything else."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        import stat
-
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(limit)
-    finally:
-        os.close(fd)
+    return _read_at(None, path, limit)
