@@ -45,6 +45,7 @@ import time
 import traceback
 from pathlib import Path
 
+from xlang.profiler.gpuwatch import _started, compute_processes  # one copy, shared with the GPU watch
 from xlang.task import format_shape
 
 class CandidateError(Exception):
@@ -1091,22 +1092,6 @@ def _own_names(records, prov) -> list[str]:
     return sorted(k.name for k in _kernels(records) if prov is None or prov.is_own(k))
 
 
-def gpu_processes(index: int = 0) -> list[int] | None:
-    """PIDs of the processes holding a context on the GPU of NVML index `index` (NVML ignores
-    CUDA_VISIBLE_DEVICES; the parent passes the index it chose)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
-            return sorted({p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)})
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML: the check is recorded as not made
-        return None
-
-
 def _process_names(pids) -> str:
     """'pid name' for each (the command name from /proc, when this namespace shows it): which processes they were."""
     out = []
@@ -1119,18 +1104,9 @@ def _process_names(pids) -> str:
     return ", ".join(out)
 
 
-def _started(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None where this namespace
-    does not show it: with the PID it names one process, not a later one that reuses the number."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def gpu_tenants(index: int = 0) -> dict[int, str | None] | None:
     """{pid: start time} of the processes holding the GPU now (None without NVML)."""
-    pids = gpu_processes(index)
+    pids = compute_processes(index)
     return None if pids is None else {p: _started(p) for p in pids}
 
 
@@ -1210,7 +1186,7 @@ def _wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
     me = os.getpid()
     t0 = time.monotonic()
     while True:
-        pids = gpu_processes(index)
+        pids = compute_processes(index)
         if pids is None:
             return {"checked": False}
         others = [p for p in pids if p != me]
@@ -1364,36 +1340,29 @@ JIT_MODULES_MAX_BYTES = 1 << 30
 def collect_jit_modules(home: Path | None, jit_cache: str | None, stage_dir: Path) -> list[str]:
     """Copies of the cubins the candidate's JIT wrote into its private cache during this stage (Backend.jit_cache
     in its home), in a folder of the judge's own made after the candidate's processes are gone: the modules a
-    kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.ncu.sass_identity). Read
-    never through a link (read_untrusted_bytes), at most 64 MiB each; a candidate can put any cubin there, so a
-    vendor cubin it copies in counts as its own (README, residual risks)."""
-    from xlang.sandbox import read_untrusted_bytes
+    kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.ncu.sass_identity). Walked
+    and read by descriptors, never through a link (sandbox.untrusted_files), at most 64 MiB each; a candidate can
+    put any cubin there, so a vendor cubin it copies in counts as its own (README, residual risks)."""
+    import tempfile
+
+    from xlang.sandbox import untrusted_files, write_new
 
     if home is None or not jit_cache:
         return []
     root = Path(home) / jit_cache
     if not root.is_dir() or root.is_symlink():  # a link would make any cubin on the machine "its own"
         return []
-    found = []
-    for folder_path, _dirs, files in os.walk(root, followlinks=False):
-        found += [Path(folder_path) / f for f in files if f.endswith(".cubin")]
-    found = sorted(found)[:JIT_MODULES_MAX]
+    found = sorted(untrusted_files(root, ".cubin", limit=64 << 20, max_files=JIT_MODULES_MAX))
+    found = [data for _rel, data in found if data]
     if not found:
         return []
-    import tempfile
-
     folder = Path(tempfile.mkdtemp(prefix="jit-modules-", dir=stage_dir))  # new, 0700: nothing of the candidate's
     out, total = [], 0
-    for i, path in enumerate(found):
-        data = read_untrusted_bytes(path, 64 << 20)
-        if not data or total + len(data) > JIT_MODULES_MAX_BYTES:
+    for i, data in enumerate(found):
+        if total + len(data) > JIT_MODULES_MAX_BYTES:
             continue
         total += len(data)
-        target = folder / f"{i:04d}.cubin"
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        out.append(str(target))
+        out.append(str(write_new(folder / f"{i:04d}.cubin", data, 0o600)))
     return out
 
 
