@@ -149,6 +149,23 @@ def test_targets_reuse_flags_spacing_and_relocations_are_evened_out():
         page = ncu.KernelProfile("c", [_line(base, f"CALL.REL.NOINC {target}"), _line(base + 0x10, "EXIT"),
                                        _line(base + 0x20, f"RET.REL.NODEC R2 {ret}")])
         assert ncu.sass_identity(page, ncu.module_index([call])) == "c"
+    # Printed apart on the H200 (harness 5's experts, 2026-12-01): a comma on the page where the listing has a space,
+    # and operands in another order.
+    seen = census.parse_listing("""
+        Function : s
+        /*0000*/                   LDGSTS.E.64 [R202+0x18000], desc[UR22][R6.64], P2 ;  /* 0x0000000000880947 */
+        /*0010*/                   BRX R4 -0x20 ;                          /* 0x0000000000880947 */
+        /*0020*/                   RET.REL.NODEC R2 0x0 ;                  /* 0x000000000000794d */
+    """)
+    page = ncu.KernelProfile("s", [_line(base, "@!PT LDS RZ, [RZ]"), _line(base + 0x10, "BRX R4, -0x20"),
+                                   _line(base + 0x20, f"RET.REL.NODEC R2, {hex(base)}")])
+    page = dataclasses.replace(page, lines=[_line(base, "LDGSTS.E.64 desc[UR22][R6.64], P2, [R202+0x18000]")]
+                               + page.lines[1:])
+    assert ncu.sass_identity(page, ncu.module_index([seen])) == "s"
+    for wrong in ("LDGSTS.E.64 desc[UR22][R6.64], P3, [R202+0x18000]", "LDGSTS.E.128 desc[UR22][R6.64], P2, "
+                  "[R202+0x18000]", "@P0 LDGSTS.E.64 desc[UR22][R6.64], P2, [R202+0x18000]"):
+        other = dataclasses.replace(page, lines=[_line(base, wrong)] + page.lines[1:])
+        assert ncu.sass_identity(other, ncu.module_index([seen])) is False, wrong
     assert ncu.sass_identity(ncu.KernelProfile("k", []), index) is None  # no listing: no evidence either way
 
 
