@@ -372,7 +372,7 @@ def test_kill_uid_ends_what_a_stage_left_behind_and_nothing_else():
 
 def test_a_jail_on_one_gpu_of_several_binds_only_that_gpus_node(monkeypatch, tmp_path):
     """With the GPU's minor number known, a bubblewrap jail binds /dev/nvidia<minor> and the driver's control
-    nodes, never another GPU's node, and tells CUDA its one GPU is device 0 (what benchmarks/gpu_node_probe.sh
+    nodes, never another GPU's node, and tells CUDA its one GPU is device 0 (what scripts/device/gpu_node_probe.sh
     showed on two H200s: CUDA_VISIBLE_DEVICES=1 inside such a jail finds no GPU). Without bubblewrap (uid)
     or with the minor unknown, every node is bound as before."""
     from xlang import sandbox

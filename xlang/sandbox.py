@@ -417,7 +417,7 @@ class Jail:
         """Whether the child sees only the GPU `gpu_node`: bubblewrap binds that one /dev/nvidiaN (and the
         driver's control nodes), so another GPU of the machine cannot be opened, whatever the child sets
         CUDA_VISIBLE_DEVICES to. Inside, CUDA and NVML count one GPU, device 0 (H200 x2, 2026-11-30:
-        benchmarks/gpu_node_probe.sh; CUDA_VISIBLE_DEVICES=1 there finds no GPU). Not without bubblewrap."""
+        scripts/device/gpu_node_probe.sh; CUDA_VISIBLE_DEVICES=1 there finds no GPU). Not without bubblewrap."""
         return (self.gpu and self.gpu_node is not None and not self.relaxed
                 and any(dev.name == f"nvidia{self.gpu_node}" for dev in _gpu_device_nodes()))
 

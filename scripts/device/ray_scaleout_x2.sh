@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Ray scale-out measured on two H200s (issue 15; issue 19 is the same with GPUS="1 2 4" on nvidia-h200-x4).
 #
-#   1. here (network, any CPU machine):  bash benchmarks/ray_scaleout_x2.sh prepare
+#   1. here (network, any CPU machine):  bash scripts/device/ray_scaleout_x2.sh prepare
 #        -> build/ray-carry/ray-cp312.tar.xz: the ray 2.60.0 cp312 wheel without ray/jars and the dashboard's
 #           .map files, plus jsonschema and its needs (the GPU image lacks them), unpacked, tar | xz -6 (~30 MiB)
 #   2. on the GPU machine (device tool: kind nvidia-h200-x2, carry ["build/ray-carry"]):
-#        bash benchmarks/ray_scaleout_x2.sh measure
+#        bash scripts/device/ray_scaleout_x2.sh measure
 #      the same `xlang compare --ray` matrix (h100,h200 x triton,cuda_ptx x gemm,attn_fwd,attn_fwd_causal =
 #      12 full verdicts, all on the H200s: both archs are sm_90a) on 1 GPU (XLANG_GPUS=0) and on 2 GPUs, builds
 #      warmed first (the build cache) so that the verdicts are what scales; prints both times, the speed-up

