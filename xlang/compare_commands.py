@@ -125,7 +125,8 @@ def report_command(
                                                               "(AXIS=VALUE pairs; a|b for either)"),
     by: Optional[str] = typer.Option(None, "--by", help="also a table grouped by these axes, printed and written "
                                                         "(data/custom.csv): any of task, arch, lang, model, docs, "
-                                                        "prompt_variant, context, shape, D, gqa, turns_limit, turns"),
+                                                        "prompt_variant, context, notes, shape, D, gqa, turns_limit, "
+                                                        "turns"),
     turn_limits: str = typer.Option("1,4,8", "--turn-limits", help="the turn limits of the main and turn tables"),
     model: Optional[str] = typer.Option(None, "--model", help="the model of the language × architecture table "
                                                               "(default: the one with the most samples)"),
@@ -174,6 +175,17 @@ def report_command(
 
         display = rep.tables["custom_display"]
         table = Table(title=f"by {', '.join(axes)}", header_style="bold")
+        for col in display.columns:
+            table.add_column(str(col), overflow="fold")
+        for row in display.itertuples(index=False):
+            table.add_row(*[str(v) for v in row])
+        console.print(table)
+    if not ds.empty:
+        from rich.table import Table
+
+        display = rep.tables["metrics_models_display"]
+        table = Table(title="pass@k and fast_p per model (samples correct with the target instructions)",
+                      header_style="bold")
         for col in display.columns:
             table.add_column(str(col), overflow="fold")
         for row in display.itertuples(index=False):
