@@ -57,6 +57,12 @@ def compare_command(
     timing_rest_ms: float = typer.Option(0.0, "--timing-rest-ms",
                                          help="idle GPU time before each timed call, the same for every side "
                                               "(ms; 0: none; a non-zero value names new cells)"),
+    notes: str = typer.Option("none", "--notes", help="fix-note levels, comma-separated, an axis of the matrix: none | "
+                                                      "bm25 | bm25+kernel (after a failed turn, notes retrieved "
+                                                      "by BM25 from --notes-store are added to the feedback)"),
+    notes_store: Optional[str] = typer.Option(None, "--notes-store",
+                                              help="the notes (notes.jsonl from `xlang fixit export`)"),
+    notes_k: int = typer.Option(3, "--notes-k", help="notes retrieved per failed turn"),
     rerun: bool = typer.Option(False, "--rerun", help="judge every cell of this compare (its --tasks, --langs, "
                                                       "--arch) again, even when stored; older runs are kept, marked "
                                                       "superseded"),
@@ -80,7 +86,8 @@ def compare_command(
                             profiler=profiler, shape=one_shape, seed=seed, concurrency=concurrency,
                             max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
                             prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
-                            peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun)
+                            peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun,
+                            notes=split_list(notes) or ["none"], notes_store=notes_store, notes_k=notes_k)
         results.append(run_compare(cfg, console))
     result = results[0] if len(results) == 1 else _merged(results, cfg.store)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "

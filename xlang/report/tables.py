@@ -241,9 +241,11 @@ def score(ds: Dataset, by=KEY, limits=None) -> pd.DataFrame:
 
 
 def cell_keys(ds: Dataset) -> list[str]:
-    """task × arch × lang × model, and the shape where a cell was run at several (a --shape sweep)."""
+    """task × arch × lang × model, the shape where a cell was run at several (a --shape sweep), and the fix-note
+    level where the runs have several (compare --notes none,bm25)."""
     swept = not ds.runs.empty and (ds.runs.groupby(KEY)["shape"].nunique() > 1).any()
-    return [*KEY[:1], "shape", *KEY[1:]] if swept else list(KEY)
+    keys = [*KEY[:1], "shape", *KEY[1:]] if swept else list(KEY)
+    return keys + (["notes"] if not ds.runs.empty and ds.runs["notes"].nunique() > 1 else [])
 
 
 def cell_stats(ds: Dataset, limit: int | None = None) -> pd.DataFrame:
@@ -367,7 +369,7 @@ def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
     """The per-cell table (task × arch × lang, the shape in a sweep, and model when there are several) as display
     strings, with the fastest target candidate's TFLOP/s and GB/s beside its speedup."""
     keys = ["task", *(["shape"] if "shape" in stats.columns else []), "arch", "lang"] \
-        + (["model"] if stats["model"].nunique() > 1 else [])
+        + (["model"] if stats["model"].nunique() > 1 else []) + (["notes"] if "notes" in stats.columns else [])
     out = format_scores(stats, keys)
     if "shape" in out.columns:  # a sweep: show the sizes that vary within each task, not the ones all share
         for task in out["task"].unique():
