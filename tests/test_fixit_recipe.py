@@ -306,3 +306,16 @@ def test_recipes_are_checked(tmp_path):
         (tmp_path / "r.toml").write_text(text)
         with pytest.raises(XlangError, match=message):
             load_recipe(tmp_path / "r.toml")
+
+
+def test_the_example_recipe_is_a_whole_study(tmp_path):
+    from xlang.fixit.recipe import load_recipe
+
+    example = (ROOT / "xlang" / "fixit" / "recipes" / "study.toml").read_text()
+    (tmp_path / "r.db").write_bytes(b"")
+    (tmp_path / "study.toml").write_text(example.replace('"../../../xlang-runs/results.db"', '"r.db"'))
+    r = load_recipe(tmp_path / "study.toml")
+    assert [d["name"] for d in r["datasets"]] == [f"s{i}" for i in range(7)]
+    assert {d["mode"] for d in r["datasets"]} == {"direct", "fix"}
+    assert len({d["reasoning"] for d in r["datasets"]}) == 3  # two teachers and none
+    assert any(d["cap"] for d in r["datasets"]) and any(d["cap"] is None for d in r["datasets"])
