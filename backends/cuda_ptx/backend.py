@@ -12,7 +12,6 @@ import re
 import subprocess
 from pathlib import Path
 
-from xlang.agent.buildinfo import ptxas_report
 from xlang.backend import Backend, BuildResult, KernelImage, trim_log
 from xlang.census import disassemble
 from xlang.sandbox import replace_file
@@ -20,6 +19,7 @@ from xlang.task import ENTRY_POINT
 from xlang.toolchain import require_tool
 
 
+# No import of xlang.agent here: the jailed runner loads this module without the agent package (sandbox._RUNNER_SKIP).
 _FRAME_LINE = re.compile(r"\s+\d+ bytes stack frame, \d+ bytes spill stores, \d+ bytes spill loads")
 _PTXAS_V_CHARS = 64000  # of ptxas -v's report kept in the build record (about 250 kernels)
 
@@ -116,14 +116,17 @@ class CudaPtxBackend(Backend):
             result.error = "nvcc did not finish within 300 s"
             return result
         log = (proc.stdout + proc.stderr).replace(str(source_path), source_path.name)
-        # ptxas -v's report apart from the diagnostics: an error or a warning is not lost among its info lines.
+        # ptxas -v's report (`ptxas info` lines and the stack-frame lines under them) apart from the diagnostics: an
+        # error or a warning is not lost among its info lines. xlang.agent.buildinfo reads the report.
+        report = [ln.rstrip() for ln in log.splitlines() if ln.startswith("ptxas info")
+                  or _FRAME_LINE.fullmatch(ln.rstrip())]
         diagnostics = "\n".join(ln for ln in log.splitlines() if not ln.startswith("ptxas info")
                                  and not _FRAME_LINE.fullmatch(ln.rstrip()))
         if proc.returncode != 0:
             result.error = trim_log(diagnostics or log)
             return result
         result.log = trim_log(diagnostics)
-        result.ptxas_v = ptxas_report(log)[:_PTXAS_V_CHARS]
+        result.ptxas_v = "\n".join(report)[:_PTXAS_V_CHARS]
         ptx = workdir / "candidate.ptx"
         ptx_proc = subprocess.run([str(require_tool("cuobjdump")), "-ptx", str(so)], capture_output=True, text=True)
         replace_file(ptx, ptx_proc.stdout)  # never through a link (sandbox.replace_file)

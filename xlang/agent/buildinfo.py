@@ -54,14 +54,6 @@ def parse_ptxas_v(log: str | None) -> list[dict]:
     return list(out.values())
 
 
-def ptxas_report(log: str | None) -> str:
-    """The lines of a build log that are ptxas -v's report (`ptxas info` lines and the stack-frame lines under
-    them), in order; what the cuda_ptx build record keeps apart from its warnings."""
-    keep = [ln.rstrip() for ln in (log or "").splitlines() if ln.startswith("ptxas info") or _PTXAS_FRAME.fullmatch(
-        ln.rstrip())]
-    return "\n".join(keep)
-
-
 def parse_res_usage(text: str | None) -> list[dict]:
     """cuobjdump -res-usage output -> [{kernel, registers, local, stack, shared}] (bytes)."""
     out, current = [], None
