@@ -282,10 +282,30 @@ def test_export_writes_the_layouts_too(built, tmp_path):
                   formats=["chat", "ptxbench", "sharegpt"], reasoning_model="xlangrecipe/reasoner-b", max_tokens=2000)
     assert card["layouts"]["fixit"]["records"] == 3 and card["layouts"]["fixit"]["no_trace"] == 1
     assert card["layouts"]["chat_too_long"]["fixit"] == 1
+    assert "fixit layouts fixit/ptxbench.jsonl, fixit/sharegpt.json: 3 records" in (tmp_path / "DATACARD.md").read_text()
     rec = _jsonl(tmp_path / "fixit" / "ptxbench.jsonl")[0]
     assert [x["step_loss_mask"] for x in rec["messages"]] == [0, 0, 0, 0, 1]
     assert json.loads((tmp_path / "dataset_info.json").read_text())["xlang_fixit"]["file_name"] == \
         "fixit/sharegpt.json"
+
+
+def test_reason_command(built, tmp_path):
+    import shutil
+
+    from xlang.cli import app
+
+    folder = tmp_path / "collection"
+    shutil.copytree(built["out"] / "collection", folder)
+    res = CliRunner().invoke(app, ["fixit", "reason", str(folder), "--model", "xlangrecipe/reasoner-c",
+                                   "--max-words", "5", "--what", "kernels"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "0 of 5 traces written (5 over 5 words" in res.output  # the bound is kept: nothing is cut
+    res = CliRunner().invoke(app, ["fixit", "reason", str(folder), "--model", "xlangrecipe/reasoner-c",
+                                   "--what", "kernels", "--limit", "2"], env={"COLUMNS": "200"})
+    assert "2 of 2 traces written" in res.output
+    traces = [k["reasoning"].get("xlangrecipe/reasoner-c") for k in C.read_jsonl(folder / "kernels.jsonl")]
+    assert sum(t is not None for t in traces) == 2
+    assert all(t["max_words"] == 600 and t["words"] <= 600 for t in traces if t)
 
 
 def test_recipes_are_checked(tmp_path):

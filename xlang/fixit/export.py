@@ -201,4 +201,13 @@ def datacard_markdown(card: dict) -> str:
               f"- accept: {col['accept']}; cap per bucket: {col['cap']}; dedup: {col['dedup']} ({col['dedup_method']})",
               f"- found {col['found']}, after dedup {col['after_dedup']}, kept {col['kept']}",
               f"- verdict harness versions: {', '.join(card['versions']['harness']) or 'not recorded'}"]
+    lay = card.get("layouts") or {}
+    if lay.get("max_tokens"):
+        lines.append(f"- length filter: {lay['max_tokens']} tokens ({lay['tokenizer']}); chat records left out as too "
+                     f"long: {lay['chat_too_long']}")
+    for kind in ("fixit", "kernelgen"):
+        if lay.get(kind):
+            x = lay[kind]
+            lines.append(f"- {kind} layouts {', '.join(x['files'].values())}: {x['records']} records, reasoning by "
+                         f"{lay['reasoning_model']} ({x['no_trace']} rows without its trace, {x['too_long']} too long)")
     return "\n".join(lines) + "\n"

@@ -35,7 +35,8 @@ per task / lang / arch for direct data) or not, and which reasoning teacher's tr
     caps = { compile_error = 100 }     # per-category caps over `cap`
     formats = ["ptxbench"]             # this dataset's formats (default: the recipe's)
 
-The build: collect into OUT/collection (once; again only when the stores or the source settings change), repair
+The build: collect into OUT/collection (once; again only when a store's content or a source setting changes, and
+then the repairs and traces of the old collection are not kept: they are asked for again), repair
 with the code teacher when a dataset takes repaired pairs, write the traces each dataset's reasoning teacher owes
 (resumable: rows that have a trace by that model are skipped), then per dataset: the rows of its mode and origins,
 less those without its teacher's trace, less those over max_tokens, then capped (a seeded choice) -> OUT/NAME/
