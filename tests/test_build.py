@@ -188,7 +188,7 @@ def test_cuda_ptx_build_keeps_ptxas_v_and_the_feedback_quotes_it(tmp_path):
                   build={**result.to_dict(), "resources": list(resources.values())})
     text = F.feedback_text(v, turn_idx=1, turns=4, backend=get_backend("cuda_ptx"), arch=get_arch("h100"),
                            code=PTXAS_CU)
-    assert "(ptxas -v)" in text and "1024 bytes shared memory" in text
+    assert "(ptxas -v)" in text and "1024 bytes static shared memory" in text
     assert "`256 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads`" in text
     assert f"`Used {tile['registers']} registers, used 1 barriers, 1024 bytes smem" in text
 

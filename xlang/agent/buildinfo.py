@@ -119,9 +119,9 @@ def resources_text(resources: list[dict] | None, limit: int = 6) -> str:
             parts.append(f"{r['local']} bytes local memory per thread (spills land here)")
         if r.get("stack"):
             parts.append(f"{r['stack']} bytes stack")
-        if r.get("shared"):
-            parts.append(f"{r['shared']} bytes shared memory" + (f" ({r['shared_source']})"
-                                                                  if r.get("shared_source") else ""))
+        if r.get("shared"):  # ptxas: static __shared__ only (dynamic shared memory is the launch's)
+            parts.append(f"{r['shared']} bytes {'static ' if r.get('source') == 'ptxas -v' else ''}shared memory"
+                         + (f" ({r['shared_source']})" if r.get("shared_source") else ""))
         lines.append(f"- {r['kernel'][:80]}: {', '.join(parts)}")
         if r.get("lines"):
             lines.append("  ptxas: " + " · ".join(f"`{q}`" for q in r["lines"]))
