@@ -51,7 +51,15 @@ def test_pass_at_k_is_the_unbiased_estimator():
     assert math.isnan(tables.pass_at_k(4, 4, 5))
     lo, hi = tables.pass_at_k_interval([(5, 3)], 1)
     assert 0.0 <= lo < 0.6 < hi <= 1.0
-    assert tables.pass_at_k_interval([(5, 5)], 1) == (1.0, 1.0)
+    # One cell: the Jeffreys interval of p (k = 1), mapped through 1 - (1 - p)^k for k > 1; it does not collapse to a
+    # point when every sample passed.
+    from scipy.stats import beta
+
+    lo5, hi5 = tables.pass_at_k_interval([(5, 5)], 1)
+    assert lo5 == pytest.approx(beta.ppf(0.025, 5.5, 0.5), abs=0.02) and lo5 < 1.0 and hi5 > 0.999
+    lo, hi = tables.pass_at_k_interval([(10, 3)], 5)
+    assert lo == pytest.approx(1 - (1 - beta.ppf(0.025, 3.5, 7.5)) ** 5, abs=0.02)
+    assert hi == pytest.approx(1 - (1 - beta.ppf(0.975, 3.5, 7.5)) ** 5, abs=0.02)
     assert all(math.isnan(x) for x in tables.pass_at_k_interval([(1, 1)], 1))  # one sample: no interval
 
 
@@ -104,4 +112,8 @@ def test_one_notes_level_shows_no_notes_table(tmp_path):
 
     rep = write_report(from_records(records()), tmp_path / "r")
     assert "Fix-note retrieval ablation" not in rep.markdown.read_text()
+    shown = rep.tables["metrics_display"].set_index(["task", "arch", "lang"])
+    assert shown.loc[("attn_fwd", "h100", "cuda_ptx"), "pass@1"] == "missing"  # no expert solution
+    assert shown.loc[("attn_fwd", "h100", "triton"), "fast_0"] == "–"  # its one sample never finished
+    assert shown.loc[("gemm", "b200", "triton"), "pass@1"] == "not run (no sm_100a device)"
     assert (tmp_path / "r" / "data" / "metrics.csv").is_file()

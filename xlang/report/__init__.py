@@ -42,12 +42,13 @@ SECTIONS = [
     ("metrics", "pass@k and fast_p per cell",
      "Whole trajectories; n: samples whose runtime ran. pass@k: the unbiased estimator of Chen et al. 2021, "
      "1 − C(n−c, k)/C(n, k), c the samples with a candidate correct with the target instructions ('– (n < k)': too "
-     "few samples), with a 95% bootstrap interval; fast_p (KernelBench): the share of samples with a candidate "
+     "few samples), with a 95% interval from each cell's Jeffreys posterior of the per-sample success chance p "
+     "mapped through 1 − (1 − p)^k; fast_p (KernelBench): the share of samples with a candidate "
      "correct with the target instructions whose best speedup over the vendor is above p (fast_0: correct with "
      "target), with a 95% Wilson interval.", ""),
     ("metrics_models", "pass@k and fast_p per model",
      "pass@k: the mean over the model's cells that have at least k samples (cells: how many have any), the "
-     "interval from resampling every cell's samples; fast_p: over all the model's samples pooled.", ""),
+     "interval from the cells' Jeffreys posteriors drawn together; fast_p: over all the model's samples pooled.", ""),
     ("lang_arch", "Language vs architecture",
      "One model (--model; default: the one with the most samples); each cell: correct / correct with the "
      "target instructions / best speedup among candidates correct with target (n: samples whose runtime ran).",

@@ -560,23 +560,29 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def pass_at_k_interval(cells: list[tuple[int, int]], k: int, resamples: int = BOOTSTRAP,
+PASS_K_DRAWS = 20000  # the pass@k interval's draws: its 2.5 percentile of a skewed posterior within about 0.01
+
+
+def pass_at_k_interval(cells: list[tuple[int, int]], k: int, draws: int = PASS_K_DRAWS,
                        seed: int = 0) -> tuple[float, float]:
-    """95% percentile bootstrap of the mean pass@k over cells [(n, c), ...] (those with n >= k): each resample
-    redraws every cell's n samples with replacement (its correct count then binomial(n, c/n)), fixed seed."""
+    """95% interval of the mean pass@k over cells [(n, c), ...] (those with n >= k): each cell's per-sample chance of
+    success p drawn from its Jeffreys posterior Beta(c + 1/2, n - c + 1/2), pass@k = 1 - (1 - p)^k (what the
+    unbiased estimator estimates), averaged over the cells; the 2.5 and 97.5 percentiles of `draws` draws (fixed
+    seed). Unlike a bootstrap of the samples it does not collapse to a point when every sample passed or none did.
+    (nan, nan) when no cell has two samples."""
     cells = [(n, c) for n, c in cells if n >= k]
     if not cells or all(n < 2 for n, _ in cells):
         return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    total = np.zeros(resamples)
+    total = np.zeros(draws)
     for n, c in cells:
-        table = np.array([pass_at_k(n, x, k) for x in range(n + 1)])
-        total += table[rng.binomial(n, c / n, size=resamples)]
+        chance = rng.beta(c + 0.5, n - c + 0.5, size=draws)
+        total += 1.0 - (1.0 - chance) ** k
     means = total / len(cells)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-METRIC_COLUMNS = ["n", "cells", "runtime_note",
+METRIC_COLUMNS = ["n", "cells", "state", "runtime_note",
                   *[f"{name}{suffix}" for k in PASS_K for name in (f"pass@{k}",) for suffix in ("", "_lo", "_hi")],
                   *[f"{name}{suffix}" for p in FAST_P for name in (f"fast_{p:g}",)
                     for suffix in ("", "_k", "_lo", "_hi")]]
@@ -587,8 +593,9 @@ def metrics_table(ds: Dataset, by=KEY) -> pd.DataFrame:
     counted, over the samples whose runtime ran (n). A sample passes when one of its candidates is correct with the
     target instructions; it is fast_p when it passes and its best speedup over the vendor among those candidates
     is above p (fast_0: passes). pass@k: the unbiased estimator per cell (task × arch × lang × model, and the shape
-    in a sweep) averaged over the group's cells with at least k samples, with a bootstrap interval
-    (pass_at_k_interval); fast_p: the share of the group's samples, with a Wilson interval."""
+    in a sweep) averaged over the group's cells with at least k samples, with a Jeffreys interval
+    (pass_at_k_interval); fast_p: the share of the group's samples, with a Wilson interval. state: "missing" (no
+    expert solution), "unfinished" (no finished sample) or "" (figures below)."""
     by = list(by)
     cols = [*by, *METRIC_COLUMNS]
     if ds.empty:
@@ -599,7 +606,9 @@ def metrics_table(ds: Dataset, by=KEY) -> pd.DataFrame:
     for key, group in _groups(ds.runs, by):
         s = samples[samples["run_id"].isin(group["run_id"])]
         ran = s[s["runtime_available"]]
-        row = {**dict(zip(by, key)), "n": len(ran), "runtime_note": "" if len(ran) else _first_text(s["runtime_note"])}
+        row = {**dict(zip(by, key)), "n": len(ran), "runtime_note": "" if len(ran) else _first_text(s["runtime_note"]),
+               "state": "missing" if len(group) and (group["status"] == MISSING).all() else
+               "unfinished" if not len(s) else ""}
         counts = [(len(g), int(g["correct_with_arch"].sum())) for _, g in _groups(ran, cell)] if len(ran) else []
         row["cells"] = len(counts)
         for k in PASS_K:
@@ -624,10 +633,11 @@ def format_metrics(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     for r in stats.to_dict("records"):
         row = {AXIS_LABELS.get(k, k): ("–" if r[k] in ("", None) else str(r[k])) for k in keys}
         row["n"], row["cells"] = str(r["n"]), str(r["cells"])
+        empty = {"missing": "missing", "unfinished": "–"}.get(r["state"]) or r["runtime_note"] or "not run"
         for k in PASS_K:
             v, lo, hi = r[f"pass@{k}"], r[f"pass@{k}_lo"], r[f"pass@{k}_hi"]
             if not r["n"]:
-                text = r["runtime_note"] or "not run"
+                text = empty
             elif math.isnan(v):
                 text = f"– (n < {k})"
             else:
@@ -635,8 +645,7 @@ def format_metrics(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
             row[f"pass@{k}"] = text
         for p in FAST_P:
             name = f"fast_{p:g}"
-            row[name] = rate_text(r[f"{name}_k"], r["n"], r[f"{name}_lo"], r[f"{name}_hi"]) if r["n"] else \
-                (r["runtime_note"] or "not run")
+            row[name] = rate_text(r[f"{name}_k"], r["n"], r[f"{name}_lo"], r[f"{name}_hi"]) if r["n"] else empty
         rows.append(row)
     columns = [AXIS_LABELS.get(k, k) for k in keys] + ["n", "cells", *[f"pass@{k}" for k in PASS_K],
                                                         *[f"fast_{p:g}" for p in FAST_P]]
