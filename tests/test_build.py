@@ -139,3 +139,70 @@ def test_static_screen_flags_vendor_calls():
     assert get_backend("cuda_ptx").screen("#include <cublas_v2.h>\nvoid f() { cublasGemmEx(); }")
     with pytest.raises(XlangError, match="unknown language"):
         get_backend("fortran")
+
+
+# Two kernels: one with a static shared tile and a barrier, one whose local array lives in a stack frame; `unused`
+# draws a front-end warning, which stays in the build log.
+PTXAS_CU = r'''
+#include <cuda_bf16.h>
+__global__ void tile_copy(__nv_bfloat16* C, int n) {
+  __shared__ float tile[256];
+  int i = blockIdx.x * 256 + threadIdx.x;
+  tile[threadIdx.x] = i < n ? 1.0f : 0.0f;
+  __syncthreads();
+  if (i < n) C[i] = __float2bfloat16(tile[255 - threadIdx.x]);
+}
+__global__ void framed(__nv_bfloat16* C, int k) {
+  float a[64];
+  for (int j = 0; j < 64; j++) a[j] = __bfloat162float(C[threadIdx.x * j]);
+  float s = 0;
+  for (int j = 0; j < 64; j++) s += a[(j * k + threadIdx.x) % 64];
+  C[threadIdx.x] = __float2bfloat16(s);
+}
+static int unused;
+extern "C" void xlang_entry(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
+                            cudaStream_t stream) {
+  tile_copy<<<(M * N + 255) / 256, 256, 0, stream>>>(C, M * N);
+  framed<<<1, 32, 0, stream>>>(C, K);
+}
+'''
+
+
+@needs_nvcc
+def test_cuda_ptx_build_keeps_ptxas_v_and_the_feedback_quotes_it(tmp_path):
+    from xlang import verdict as V
+    from xlang.agent import feedback as F
+    from xlang.agent.buildinfo import kernel_resources
+
+    result = build_candidate(PTXAS_CU, "cuda_ptx", GEMM, get_arch("h100"), workdir=tmp_path)
+    assert result.ok, result.error
+    assert "Compiling entry function '_Z9tile_copyP13__nv_bfloat16i' for 'sm_90a'" in result.ptxas_v
+    assert "ptxas info" not in result.log and "unused" in result.log  # the report apart from the diagnostics
+    resources = {r["kernel"]: r for r in kernel_resources(result.to_dict())}
+    assert set(resources) == {"_Z9tile_copyP13__nv_bfloat16i", "_Z6framedP13__nv_bfloat16i"}
+    tile, framed = resources["_Z9tile_copyP13__nv_bfloat16i"], resources["_Z6framedP13__nv_bfloat16i"]
+    assert tile["source"] == "ptxas -v" and tile["shared"] == 1024 and tile["barriers"] == 1
+    assert tile["registers"] > 1 and framed["stack"] == 256 and framed["shared"] == 0
+    assert framed["lines"][0] == "256 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+    v = V.Verdict(V.INCORRECT, detail="wrong", compiled=True, census_ok=False, runtime_ran=True, correct=False,
+                  build={**result.to_dict(), "resources": list(resources.values())})
+    text = F.feedback_text(v, turn_idx=1, turns=4, backend=get_backend("cuda_ptx"), arch=get_arch("h100"),
+                           code=PTXAS_CU)
+    assert "(ptxas -v)" in text and "1024 bytes static shared memory" in text
+    assert "`256 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads`" in text
+    assert f"`Used {tile['registers']} registers, used 1 barriers, 1024 bytes smem" in text
+
+
+def test_triton_resources_take_shared_memory_from_its_metadata(tmp_path):
+    from xlang.agent.buildinfo import kernel_resources
+
+    from xlang.toolchain import find_tool
+
+    if find_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump not installed")
+    result = build_candidate(KERNELS / "triton" / "gemm_tma.py", "triton", GEMM, get_arch("h100"), workdir=tmp_path)
+    assert result.ok, result.error
+    meta_shared = result.kernels[0].meta["shared_bytes"]
+    (r,) = [x for x in kernel_resources(result.to_dict()) if x["kernel"] == result.kernels[0].name][:1]
+    assert r["source"] == "cuobjdump -res-usage" and r["registers"] > 0
+    assert r["shared"] == meta_shared > 0 and r["shared_source"] == "triton metadata"

@@ -216,6 +216,23 @@ def test_the_runner_package_has_no_answers():
     assert sandbox.runner_package() == pkg  # made once, by content
 
 
+def test_every_backend_imports_from_the_runner_package_alone():
+    """The runner loads a candidate's backend from the runner package, which has no agent: a backend module that
+    imports xlang.agent at its top (as a first cut of the cuda_ptx ptxas -v record did) fails every run there."""
+    import subprocess
+
+    from xlang.backend import backends
+
+    pkg = sandbox.runner_package()
+    names = sorted(backends())
+    probe = (f"import importlib, sys; sys.path.insert(0, {str(pkg)!r}); "
+             f"[importlib.import_module(f'backends.{{n}}.backend') for n in {names!r}]; "
+             "print('backends imported', flush=True); import xlang.agent")
+    res = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd="/")
+    assert res.stdout.strip() == "backends imported", res.stderr[-2000:]
+    assert res.returncode == 1 and res.stderr.strip().endswith("No module named 'xlang.agent'")  # the package has none
+
+
 def _reader(paths: list[str], fail_at_import: bool) -> str:
     text = (HERE / "read_host_files.py").read_text()
     text = text.replace("PATHS = []  # the test puts its paths here", f"PATHS = {paths!r}")

@@ -249,7 +249,7 @@ def test_repair_is_judged_before_it_counts(pipeline):
     # The repaired kernel is a near-duplicate of the kept final kernel: KernelGen does not grow.
     assert len(C.read_jsonl(folder / "kernels.jsonl")) == 1
     assert C.read_json(folder / "collect.json")["repair"]["accepted"] == 1
-    assert "1 of 1 failures repaired (2 attempts, 1 not counted" in pipeline["repair"]
+    assert "1 of 1 failures repaired (2 replies, 1 not counted" in pipeline["repair"]
     # A second repair run skips failures attempted already.
     assert "0 of 0 failures" in cli("fixit", "repair", folder, "--model", "xlangfix/teacher", "--profiler",
                                     "fake-fixit")

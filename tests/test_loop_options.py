@@ -113,14 +113,30 @@ def test_reasoning_captured_from_litellm():
 def test_ptxas_and_res_usage_parsing():
     assert B.parse_ptxas_v(PTXAS_V) == [
         {"kernel": "_Z8gemm_fmaPK13__nv_bfloat16S1_PS_iii", "source": "ptxas -v", "stack": 0, "spill_stores": 0,
-         "spill_loads": 0, "registers": 30},
+         "spill_loads": 0, "registers": 30, "barriers": 0, "shared": 0,
+         "lines": ["0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", "Used 30 registers, used 0 barriers"]},
         {"kernel": "_Z6spillyPf", "source": "ptxas -v", "stack": 48, "spill_stores": 44, "spill_loads": 40,
-         "registers": 255}]
+         "registers": 255, "barriers": 1, "shared": 0,
+         "lines": ["48 bytes stack frame, 44 bytes spill stores, 40 bytes spill loads", "Used 255 registers, used 1 barriers"]}]
+    # Lines a candidate could have the compiler echo (a diagnostic quotes a source line) never form a whole block in
+    # ptxas's order, and a kernel reported twice keeps its last block (ptxas runs after the front end).
+    forged = ("candidate.cu(3): warning\nptxas info    : Used 1 registers, used 0 barriers\n"
+              "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+              "ptxas info    : Compiling entry function '_Z6spillyPf' for 'sm_90a'\n"
+              "ptxas info    : Function properties for _Z6spillyPf\n"
+              "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+              "ptxas info    : Used 2 registers, used 0 barriers, 64 bytes smem\n")
+    assert B.parse_ptxas_v("ptxas info    : Used 1 registers, used 0 barriers\n") == []
+    assert [(r["kernel"], r["registers"]) for r in B.parse_ptxas_v(forged + PTXAS_V)] == [
+        ("_Z8gemm_fmaPK13__nv_bfloat16S1_PS_iii", 30), ("_Z6spillyPf", 255)]
+    assert B.parse_ptxas_v(forged)[0]["shared"] == 64
     assert B.parse_res_usage(RES_USAGE) == [{"kernel": "gemm_kernel", "source": "cuobjdump -res-usage",
                                              "registers": 90, "local": 0, "stack": 0, "shared": 1024}]
     assert B.parse_ptxas_v("") == [] and B.parse_res_usage("garbage") == []
     # The log wins over cuobjdump when it has ptxas -v lines (no tool is run then).
     assert B.kernel_resources({"ok": True, "log": PTXAS_V, "kernels": []})[1]["spill_stores"] == 44
+    assert B.kernel_resources({"ok": True, "ptxas_v": PTXAS_V, "kernels": [{"name": "_Z6spillyPf"}]})[0][
+        "registers"] == 255  # only the kernels the binary has
     assert B.kernel_resources({"ok": False, "log": PTXAS_V}) == []
     text = B.resources_text(B.parse_ptxas_v(PTXAS_V))
     assert "_Z6spillyPf: 255 registers, 44 bytes spill stores, 40 bytes spill loads, 48 bytes stack" in text

@@ -82,6 +82,7 @@ class BuildResult:
     cached: bool = False  # reused from the build cache (xlang.build_cache), files verified
     # What the source or the host binary shows of a host round trip (Backend.host_round_trip): evidence, no verdict
     host_round_trip: list[str] = field(default_factory=list)
+    ptxas_v: str = ""  # ptxas -v's report where the build asks for one (cuda_ptx): registers, spills, smem per kernel
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -55,6 +55,9 @@ class CompareConfig:
     timing_rest_ms: float = 0.0  # idle GPU before each timed call, every side alike (EvalOptions.timing_rest_ms)
     ray: str | None = None  # --ray: "local" (start Ray here) or a cluster address; None: no Ray
     rerun: bool = False  # --rerun: judge every cell of this compare again, even when a run of it is stored
+    notes: list[str] = field(default_factory=lambda: ["none"])  # --notes: fix-note levels, an axis of the matrix
+    notes_store: str | None = None  # --notes-store: the notes (notes.jsonl of `xlang fixit export`)
+    notes_k: int = 3  # --notes-k: notes retrieved per failed turn
 
 
 @dataclass
@@ -69,6 +72,7 @@ class Cell:
     why: str = ""  # why the cell is judged again ("" when it is new or resumed)
     options: dict = field(default_factory=dict)  # RunConfig fields of this cell alone (xlang rejudge: its model,
     # turns, docs, shape, seed and context come from the stored run or the file it judges again)
+    notes: str = "none"  # the fix-note level of the cell's runs (xlang.fixit.notes; --notes, an axis)
 
 
 @dataclass
@@ -108,17 +112,25 @@ def task_shape(cfg: CompareConfig, task: str) -> dict:
     return {k: v for k, v in sorted(cfg.shape.items()) if k in sizes}
 
 
-def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str, runtime=None) -> str:
+def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str, runtime=None, notes: str = "none") -> str:
     """Deterministic: the same command under the same toolchain names the same run (what makes a compare
     resumable). runtime: the cell's Runtime (None: static only)."""
     from xlang.identity import digest, toolchain_identity
 
-    return f"{cell_key(cfg, task, lang, arch)}-t{digest(toolchain_identity(lang, runtime))}"
+    return f"{cell_key(cfg, task, lang, arch, notes)}-t{digest(toolchain_identity(lang, runtime))}"
 
 
-def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
+def _notes_digest(path: str | None) -> str | None:
+    """The notes store's content (sha256, 16 hex): other notes are another cell run."""
+    if not path:
+        return None
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str, notes: str = "none") -> str:
     """The cell, whatever the toolchain: the run id of compares made before toolchain identities (stores made then
-    resume through their recorded versions, xlang.identity.stored_identity)."""
+    resume through their recorded versions, xlang.identity.stored_identity). A fix-note level other than none
+    names another cell, with the notes store's content and --notes-k."""
     key = {"task": task, "lang": lang, "arch": arch, "model": cfg.model, "turns": cfg.turns, "samples": cfg.samples,
            "docs": cfg.docs, "shape": task_shape(cfg, task), "seed": cfg.seed,
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
@@ -127,6 +139,8 @@ def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str) -> str:
                           ("peers", True), ("timing_rest_ms", 0.0)):
         if getattr(cfg, name) != default:
             key[name] = getattr(cfg, name)
+    if notes != "none":
+        key.update(notes=notes, notes_store=_notes_digest(cfg.notes_store), notes_k=cfg.notes_k)
     from xlang import HARNESS_VERSION
 
     if HARNESS_VERSION != "3":  # another harness measures differently: its verdicts are new runs (ids of 3 unchanged)
@@ -179,11 +193,22 @@ def validate(cfg: CompareConfig) -> CompareConfig:
     if cfg.context not in CONTEXT_POLICIES:
         raise XlangError(f"unknown context policy '{cfg.context}' (known: {', '.join(CONTEXT_POLICIES)})")
     parse_prompt_variants(cfg.prompt_variants)  # unknown names and missing files: before any work
+    from xlang.fixit.notes import check_level, read_notes
+
+    cfg.notes = list(dict.fromkeys(cfg.notes or ["none"]))
+    for level in cfg.notes:
+        check_level(level, cfg.notes_store)
+    if cfg.notes_k < 1:
+        raise XlangError("--notes-k must be at least 1")
+    if cfg.notes_store:
+        cfg.notes_store = str(Path(cfg.notes_store).expanduser().resolve())
+        read_notes(cfg.notes_store)  # a missing or malformed notes file: before any work
     return cfg
 
 
 def plan(cfg: CompareConfig, runtimes: dict | None = None) -> list[Cell]:
-    """Task-major, then architecture, then language. runtimes: arch -> the Runtime its cells are judged with."""
+    """Task-major, then architecture, then language, then fix-note level. runtimes: arch -> the Runtime its cells are
+    judged with."""
     from xlang.identity import digest, toolchain_identity
 
     cells = []
@@ -191,8 +216,9 @@ def plan(cfg: CompareConfig, runtimes: dict | None = None) -> list[Cell]:
         for a in cfg.archs:
             for lang in cfg.langs:
                 identity = toolchain_identity(lang, (runtimes or {}).get(a))
-                key = cell_key(cfg, t, lang, a)
-                cells.append(Cell(t, lang, a, f"{key}-t{digest(identity)}", key, identity))
+                for notes in cfg.notes or ["none"]:
+                    key = cell_key(cfg, t, lang, a, notes)
+                    cells.append(Cell(t, lang, a, f"{key}-t{digest(identity)}", key, identity, notes=notes))
     return cells
 
 
@@ -326,8 +352,15 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None, on_stage=None):
     rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, profiler=_profiler_spec(cfg), store=cfg.store,
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, temperature=cfg.temperature,
                    max_tokens=cfg.max_tokens, run_id=cell.run_id, prompt_variants=cfg.prompt_variants,
-                   target_speedup=cfg.target_speedup, peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms, **options)
+                   target_speedup=cfg.target_speedup, peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms,
+                   notes=cell.notes, notes_store=cfg.notes_store if cell.notes != "none" else None,
+                   notes_k=cfg.notes_k, **options)
     return run(rc, on_turn, on_stage)
+
+
+def cell_label(cell: Cell) -> str:
+    """'gemm · triton · h100', with the fix-note level when it is not none."""
+    return f"{cell.task} · {cell.lang} · {cell.arch}" + (f" · notes {cell.notes}" if cell.notes != "none" else "")
 
 
 def _profiler_spec(cfg: CompareConfig) -> str:
@@ -373,7 +406,7 @@ def _run_on_ray(cfg: CompareConfig, todo: list[Cell], console, progress: bool) -
                 state, text = _summarise(result)
                 outcomes.append(CellOutcome(cell, state, seconds, text))
                 bar.advance(overall)
-                console.print(f"{_mark(state)} {cell.task} · {cell.lang} · {cell.arch}: {text} "
+                console.print(f"{_mark(state)} {cell_label(cell)}: {text} "
                               f"[dim]({seconds:.1f} s)[/dim]", highlight=False)
     snap = scaleout.MONITOR.snapshot()
     if snap["done"]:
@@ -423,10 +456,12 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
     finished = resolve(cfg, cells)
     todo = [c for c in cells if c.run_id not in finished]
     console.print(f"[bold]{title}[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
-                  f"{len(cfg.langs)} language(s) = {len(cells)} cells · "
+                  f"{len(cfg.langs)} language(s)" + (f" × {len(cfg.notes)} notes levels" if len(cfg.notes) > 1 else "")
+                  + f" = {len(cells)} cells · "
                   + (f"model {cfg.model} · turns {cfg.turns} · samples {cfg.samples} · docs {cfg.docs}" if planner is None
                      else "candidates as stored") + f" · runtime: {where} · store {cfg.store}"
                   + (f" · shape {','.join(f'{k}={v}' for k, v in cfg.shape.items())}" if cfg.shape else "")
+                  + (f" · notes {','.join(cfg.notes)} ({cfg.notes_store})" if cfg.notes != ["none"] else "")
                   + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
                   highlight=False)
     again: dict[str, int] = {}
@@ -446,7 +481,7 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
     with Progress(*columns, console=console, transient=True, disable=not progress) as bar:
         overall = bar.add_task("cells", total=len(todo))
         for i, cell in enumerate(todo, 1):
-            label = f"{cell.task} · {cell.lang} · {cell.arch}"
+            label = cell_label(cell)
             current = bar.add_task(f"  {label}: starting", total=cfg.samples)
             bar.update(overall, description=f"cells ({i}/{len(todo)}: {label})")
             done_samples = set()

@@ -57,6 +57,12 @@ def compare_command(
     timing_rest_ms: float = typer.Option(0.0, "--timing-rest-ms",
                                          help="idle GPU time before each timed call, the same for every side "
                                               "(ms; 0: none; a non-zero value names new cells)"),
+    notes: str = typer.Option("none", "--notes", help="fix-note levels, comma-separated, an axis of the matrix: none | "
+                                                      "bm25 | bm25+kernel (after a failed turn, notes retrieved "
+                                                      "by BM25 from --notes-store are added to the feedback)"),
+    notes_store: Optional[str] = typer.Option(None, "--notes-store",
+                                              help="the notes (notes.jsonl from `xlang fixit export`)"),
+    notes_k: int = typer.Option(3, "--notes-k", help="notes retrieved per failed turn"),
     rerun: bool = typer.Option(False, "--rerun", help="judge every cell of this compare (its --tasks, --langs, "
                                                       "--arch) again, even when stored; older runs are kept, marked "
                                                       "superseded"),
@@ -80,7 +86,8 @@ def compare_command(
                             profiler=profiler, shape=one_shape, seed=seed, concurrency=concurrency,
                             max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
                             prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
-                            peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun)
+                            peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun,
+                            notes=split_list(notes) or ["none"], notes_store=notes_store, notes_k=notes_k)
         results.append(run_compare(cfg, console))
     result = results[0] if len(results) == 1 else _merged(results, cfg.store)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
@@ -125,7 +132,8 @@ def report_command(
                                                               "(AXIS=VALUE pairs; a|b for either)"),
     by: Optional[str] = typer.Option(None, "--by", help="also a table grouped by these axes, printed and written "
                                                         "(data/custom.csv): any of task, arch, lang, model, docs, "
-                                                        "prompt_variant, context, shape, D, gqa, turns_limit, turns"),
+                                                        "prompt_variant, context, notes, shape, D, gqa, turns_limit, "
+                                                        "turns"),
     turn_limits: str = typer.Option("1,4,8", "--turn-limits", help="the turn limits of the main and turn tables"),
     model: Optional[str] = typer.Option(None, "--model", help="the model of the language × architecture table "
                                                               "(default: the one with the most samples)"),
@@ -174,6 +182,17 @@ def report_command(
 
         display = rep.tables["custom_display"]
         table = Table(title=f"by {', '.join(axes)}", header_style="bold")
+        for col in display.columns:
+            table.add_column(str(col), overflow="fold")
+        for row in display.itertuples(index=False):
+            table.add_row(*[str(v) for v in row])
+        console.print(table)
+    if not ds.empty:
+        from rich.table import Table
+
+        display = rep.tables["metrics_models_display"]
+        table = Table(title="pass@k and fast_p per model (samples correct with the target instructions)",
+                      header_style="bold")
         for col in display.columns:
             table.add_column(str(col), overflow="fold")
         for row in display.itertuples(index=False):

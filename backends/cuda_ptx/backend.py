@@ -19,6 +19,11 @@ from xlang.task import ENTRY_POINT
 from xlang.toolchain import require_tool
 
 
+# No import of xlang.agent here: the jailed runner loads this module without the agent package (sandbox._RUNNER_SKIP).
+_FRAME_LINE = re.compile(r"\s+\d+ bytes stack frame, \d+ bytes spill stores, \d+ bytes spill loads")
+_PTXAS_V_CHARS = 64000  # of ptxas -v's report kept in the build record (about 250 kernels)
+
+
 class CudaPtxBackend(Backend):
     name = "cuda_ptx"
     title = "CUDA C++ with inline PTX"
@@ -91,6 +96,9 @@ class CudaPtxBackend(Backend):
             # for TMA) are reached through cudaGetDriverEntryPoint. -z defs turns a direct call into a link
             # error here instead of a load failure on the GPU machine.
             "-Xlinker", "-z,defs",
+            # ptxas's own report per kernel (registers, spills, stack, shared memory): the build record keeps it
+            # (BuildResult.ptxas_v) and the feedback quotes it (xlang.agent.buildinfo).
+            "-Xptxas", "-v",
             "-o", str(output), str(source),
         ]
 
@@ -108,10 +116,17 @@ class CudaPtxBackend(Backend):
             result.error = "nvcc did not finish within 300 s"
             return result
         log = (proc.stdout + proc.stderr).replace(str(source_path), source_path.name)
+        # ptxas -v's report (`ptxas info` lines and the stack-frame lines under them) apart from the diagnostics: an
+        # error or a warning is not lost among its info lines. xlang.agent.buildinfo reads the report.
+        report = [ln.rstrip() for ln in log.splitlines() if ln.startswith("ptxas info")
+                  or _FRAME_LINE.fullmatch(ln.rstrip())]
+        diagnostics = "\n".join(ln for ln in log.splitlines() if not ln.startswith("ptxas info")
+                                 and not _FRAME_LINE.fullmatch(ln.rstrip()))
         if proc.returncode != 0:
-            result.error = trim_log(log)
+            result.error = trim_log(diagnostics or log)
             return result
-        result.log = trim_log(log)
+        result.log = trim_log(diagnostics)
+        result.ptxas_v = "\n".join(report)[:_PTXAS_V_CHARS]
         ptx = workdir / "candidate.ptx"
         ptx_proc = subprocess.run([str(require_tool("cuobjdump")), "-ptx", str(so)], capture_output=True, text=True)
         replace_file(ptx, ptx_proc.stdout)  # never through a link (sandbox.replace_file)

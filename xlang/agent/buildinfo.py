@@ -1,7 +1,8 @@
 """What the feedback says about a build beyond pass/fail: registers, spills and local memory per kernel, and the
 source lines memcheck pointed at; and the toolchain a verdict was made with.
 
-Registers and spills come from ptxas's `-v` report when the build log carries one ("Used N registers",
+Registers, spills and shared memory come from ptxas's `-v` report when the build kept one (cuda_ptx passes -Xptxas -v:
+build.ptxas_v; "Used N registers, used N barriers, N bytes smem",
 "N bytes spill stores, N bytes spill loads"); otherwise from `cuobjdump -res-usage` on each compiled kernel's
 binary (REG, LOCAL, STACK, SHARED per function; LOCAL is per-thread local memory, where spills go). Needs no GPU.
 
@@ -15,33 +16,42 @@ import functools
 import re
 import subprocess
 
-_PTXAS_FUNC = re.compile(r"ptxas info\s*:\s*(?:Function properties for|Compiling entry function)\s+'?([\w$.]+)'?")
-_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"ptxas info\s*:\s*Used (\d+) registers")
+# ptxas -v's report, one block per entry function. Each line is matched whole and a block only counts when its lines
+# come in ptxas's own order: a candidate can have the compiler echo a source line into the log (a diagnostic quotes
+# the line it is about), and such an echo never forms a whole block.
+_PTXAS_ENTRY = re.compile(r"ptxas info\s*: Compiling entry function '([\w$.]+)' for '(sm_\w+)'")
+_PTXAS_PROPS = re.compile(r"ptxas info\s*: Function properties for ([\w$.]+)")
+_PTXAS_FRAME = re.compile(r"\s+(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"ptxas info\s*: Used (\d+) registers(?:, used (\d+) barriers)?((?:, [^,]+)*)")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
 _RES_FUNC = re.compile(r"^\s*Function\s+([^:\s]+):\s*$")
 _RES_FIELDS = re.compile(r"\b(REG|STACK|SHARED|LOCAL):(\d+)")
 _LOCATION = re.compile(r"([\w./\\-]+\.(?:cu|cuh|hpp|h|cpp|py|ptx)):(\d+)")
 
 
 def parse_ptxas_v(log: str | None) -> list[dict]:
-    """ptxas -v output -> [{kernel, registers, spill_stores, spill_loads, stack}] (bytes), in order."""
+    """ptxas -v output -> [{kernel, registers, spill_stores, spill_loads, stack, shared, barriers, lines}] (bytes;
+    shared: the kernel's static shared memory, `N bytes smem`), in order; `lines` are ptxas's own lines for the
+    kernel, quoted in the feedback. A kernel reported twice keeps its last block (ptxas's, after any echo)."""
+    lines = [ln.rstrip() for ln in (log or "").splitlines()]
     out: dict[str, dict] = {}
-    current = None
-    for line in (log or "").splitlines():
-        m = _PTXAS_FUNC.search(line)
-        if m:
-            current = out.setdefault(m.group(1), {"kernel": m.group(1), "source": "ptxas -v"})
+    for i, line in enumerate(lines):
+        entry = _PTXAS_ENTRY.fullmatch(line)
+        if not entry or i + 3 >= len(lines):
             continue
-        if current is None:
+        name = entry.group(1)
+        props, frame, used = _PTXAS_PROPS.fullmatch(lines[i + 1]), _PTXAS_FRAME.fullmatch(lines[i + 2]), \
+            _PTXAS_USED.fullmatch(lines[i + 3])
+        if not (props and props.group(1) == name and frame and used):
             continue
-        m = _PTXAS_FRAME.search(line)
-        if m:
-            current.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
-            continue
-        m = _PTXAS_USED.search(line)
-        if m:
-            current["registers"] = int(m.group(1))
-    return [k for k in out.values() if "registers" in k]
+        smem = _PTXAS_SMEM.search(used.group(3) or "")
+        out.pop(name, None)
+        out[name] = {"kernel": name, "source": "ptxas -v", "stack": int(frame.group(1)),
+                     "spill_stores": int(frame.group(2)), "spill_loads": int(frame.group(3)),
+                     "registers": int(used.group(1)), "barriers": int(used.group(2) or 0),
+                     "shared": int(smem.group(1)) if smem else 0,
+                     "lines": [lines[i + 2].strip(), lines[i + 3].split(":", 1)[1].strip()]}
+    return list(out.values())
 
 
 def parse_res_usage(text: str | None) -> list[dict]:
@@ -63,10 +73,15 @@ def parse_res_usage(text: str | None) -> list[dict]:
 
 
 def kernel_resources(build: dict | None) -> list[dict]:
-    """Registers and spills of each kernel of a build (BuildResult.to_dict()); [] when none can be read."""
+    """Registers, spills and shared memory of each kernel of a build (BuildResult.to_dict()); [] when none can be
+    read. ptxas -v's report when the build kept one (cuda_ptx: build.ptxas_v), only for kernels the binary has;
+    else cuobjdump -res-usage of each kernel's binary, with the shared memory a launch asks for from the
+    language's compile metadata where it records it (Triton: metadata.shared, kernel meta shared_bytes; Triton's
+    n_regs / n_spills are filled only when a driver loads the kernel, which a static build does not)."""
     if not build or not build.get("ok"):
         return []
-    from_log = parse_ptxas_v(build.get("log"))
+    names = {k.get("name") for k in build.get("kernels") or []}
+    from_log = [r for r in parse_ptxas_v(build.get("ptxas_v") or build.get("log")) if not names or r["kernel"] in names]
     if from_log:
         return from_log
     from xlang.toolchain import find_tool
@@ -85,6 +100,10 @@ def kernel_resources(build: dict | None) -> list[dict]:
         except (OSError, subprocess.TimeoutExpired):
             continue
         out += parse_res_usage(proc.stdout)
+    launch_shared = {k.get("name"): (k.get("meta") or {}).get("shared_bytes") for k in build.get("kernels") or []}
+    for r in out:
+        if isinstance(launch_shared.get(r["kernel"]), int):
+            r.update(shared=launch_shared[r["kernel"]], shared_source=f"{build.get('lang') or 'compile'} metadata")
     return out
 
 
@@ -100,10 +119,15 @@ def resources_text(resources: list[dict] | None, limit: int = 6) -> str:
             parts.append(f"{r['local']} bytes local memory per thread (spills land here)")
         if r.get("stack"):
             parts.append(f"{r['stack']} bytes stack")
+        if r.get("shared"):  # ptxas: static __shared__ only (dynamic shared memory is the launch's)
+            parts.append(f"{r['shared']} bytes {'static ' if r.get('source') == 'ptxas -v' else ''}shared memory"
+                         + (f" ({r['shared_source']})" if r.get("shared_source") else ""))
         lines.append(f"- {r['kernel'][:80]}: {', '.join(parts)}")
+        if r.get("lines"):
+            lines.append("  ptxas: " + " · ".join(f"`{q}`" for q in r["lines"]))
     more = f"\n- ... and {len(resources) - limit} more kernels" if len(resources) > limit else ""
     source = resources[0].get("source", "")
-    return f"Registers and spills per kernel ({source}):\n" + "\n".join(lines) + more
+    return f"Registers, spills and shared memory per kernel ({source}):\n" + "\n".join(lines) + more
 
 
 def _strings(obj):

@@ -9,6 +9,11 @@
   *.parquet        the same records (messages as a list of {role, content}; meta as JSON text), with pyarrow
   datacard.json    counts per bucket, source stores, models, verdict / harness versions, collection parameters
                    (schemas/datacard.schema.json); DATACARD.md the same for people
+With --format ptxbench and / or sharegpt (xlang.fixit.formats), also fixit/ and kernelgen/ holding ptxbench.jsonl
+(the five- / three-message layout with a loss mask per message) and sharegpt.json, and dataset_info.json (the
+LLaMA-Factory entries): rows whose --reasoning-model trace is missing are left out of those (counted). With
+--max-tokens, records longer than that (the whole composed chat, counted with --tokenizer) are left out of every
+format.
 """
 
 from __future__ import annotations
@@ -92,11 +97,46 @@ def _counts(rows, key) -> dict:
     return dict(sorted(Counter(C.bucket_name(key(r)) for r in rows).items()))
 
 
-def export(folder: Path, out: Path, *, require_explanation: bool = True) -> dict:
+def export(folder: Path, out: Path, *, require_explanation: bool = True, formats=("chat",),
+           reasoning_model: str | None = None, max_tokens: int | None = None,
+           tokenizer: str = "litellm:gpt-4o") -> dict:
+    from xlang.fixit import formats as F
+    from xlang.fixit.recipe import _records, write_dataset
+
+    formats = F.check_formats(formats)
+    layouts = [f for f in formats if f != "chat"]
+    if layouts and not reasoning_model:
+        from xlang.errors import XlangError
+
+        raise XlangError(f"--format {', '.join(layouts)}: the answer is a reasoning trace in <think>: name the "
+                         f"teacher that wrote it with --reasoning-model (xlang fixit reason)")
+    counter = F.TokenCounter(tokenizer) if max_tokens or layouts else None
     manifest = C.read_json(folder / MANIFEST)
     pairs = C.read_jsonl(folder / PAIRS)
     kernels = C.read_jsonl(folder / KERNELS, missing_ok=True)
     usable = [p for p in pairs if p.get("explanation") or not require_explanation]
+    too_long = {"fixit": 0, "kernelgen": 0}
+    if max_tokens:
+        def fits(kind, messages):
+            long = counter.count(messages) > max_tokens
+            too_long[kind] += long
+            return not long
+
+        usable = [p for p in usable if fits("fixit", fixit_record(p)["messages"])]
+        kernels = [k for k in kernels if fits("kernelgen", kernelgen_record(k)["messages"])]
+    extra = {}
+    for kind, mode, rows in (("fixit", "fix", pairs), ("kernelgen", "direct", C.read_jsonl(folder / KERNELS,
+                                                                                           missing_ok=True))):
+        if not layouts:
+            break
+        ds = {"name": kind, "mode": mode, "reasoning": reasoning_model, "formats": layouts}
+        kept, messages, tokens, left = _records(rows, ds, counter, max_tokens)
+        files = write_dataset(out / kind, ds, kept, messages, tokens, tokenizer)
+        extra[kind] = {"files": {f: f"{kind}/{name}" for f, name in files.items()}, "records": len(kept),
+                       "no_trace": len(left["no_trace"]), "too_long": len(left["too_long"])}
+    if "sharegpt" in layouts:
+        C.write_json(out / "dataset_info.json", {**F.dataset_info("xlang_fixit", "fixit/sharegpt.json"),
+                                                 **F.dataset_info("xlang_kernelgen", "kernelgen/sharegpt.json")})
     fixit = [fixit_record(p) for p in usable]
     kernelgen = [kernelgen_record(k) for k in kernels]
     notes = [note_record(p) for p in pairs if p.get("explanation")]
@@ -133,6 +173,8 @@ def export(folder: Path, out: Path, *, require_explanation: bool = True) -> dict
         "repairs": manifest.get("repairs") or [],
         "explain": manifest.get("explain") or [],
         "require_explanation": require_explanation,
+        "layouts": {"formats": formats, "reasoning_model": reasoning_model, "max_tokens": max_tokens,
+                    "tokenizer": tokenizer if counter else None, "chat_too_long": too_long, **extra},
     }
     C.write_json(out / "datacard.json", card)
     C.write_text(out / "DATACARD.md", datacard_markdown(card))
@@ -159,4 +201,13 @@ def datacard_markdown(card: dict) -> str:
               f"- accept: {col['accept']}; cap per bucket: {col['cap']}; dedup: {col['dedup']} ({col['dedup_method']})",
               f"- found {col['found']}, after dedup {col['after_dedup']}, kept {col['kept']}",
               f"- verdict harness versions: {', '.join(card['versions']['harness']) or 'not recorded'}"]
+    lay = card.get("layouts") or {}
+    if lay.get("max_tokens"):
+        lines.append(f"- length filter: {lay['max_tokens']} tokens ({lay['tokenizer']}); chat records left out as too "
+                     f"long: {lay['chat_too_long']}")
+    for kind in ("fixit", "kernelgen"):
+        if lay.get(kind):
+            x = lay[kind]
+            lines.append(f"- {kind} layouts {', '.join(x['files'].values())}: {x['records']} records, reasoning by "
+                         f"{lay['reasoning_model']} ({x['no_trace']} rows without its trace, {x['too_long']} too long)")
     return "\n".join(lines) + "\n"

@@ -5,7 +5,8 @@
     load(store_path) -> Dataset                    # xlang.report.source: the SQLite results store
 
 The tables (SECTIONS, in order): main (model × task × arch × lang at 1, 4 and 8 turns), cells (the same at each
-run's own turn limit), turn limits (tasks pooled), docs-level ablation, language vs architecture for one model,
+run's own turn limit), turn limits (tasks pooled), docs-level ablation, fix-note ablation (when the runs have more
+than one notes level), pass@k and fast_p per cell and per model, language vs architecture for one model,
 head-dim / GQA generalisation, error categories per turn, turn-to-turn transitions, tokens against best speedup,
 cost; then the SASS instruction mix, what was not run, and the environment fingerprints.
 """
@@ -35,6 +36,19 @@ SECTIONS = [
     ("docs", "Docs-level ablation",
      "The same cells per architecture-docs level given to the model (none, params, templates, contracts).",
      "--by model,task,arch,lang,docs"),
+    ("notes", "Fix-note retrieval ablation",
+     "The same cells per fix-note level of the loop (none, bm25, bm25+kernel: xlang run / compare --notes); shown "
+     "when the runs have more than one level.", "--by model,task,arch,lang,notes"),
+    ("metrics", "pass@k and fast_p per cell",
+     "Whole trajectories; n: samples whose runtime ran. pass@k: the unbiased estimator of Chen et al. 2021, "
+     "1 − C(n−c, k)/C(n, k), c the samples with a candidate correct with the target instructions ('– (n < k)': too "
+     "few samples), with a 95% interval from each cell's Jeffreys posterior of the per-sample success chance p "
+     "mapped through 1 − (1 − p)^k; fast_p (KernelBench): the share of samples with a candidate "
+     "correct with the target instructions whose best speedup over the vendor is above p (fast_0: correct with "
+     "target), with a 95% Wilson interval.", ""),
+    ("metrics_models", "pass@k and fast_p per model",
+     "pass@k: the mean over the model's cells that have at least k samples (cells: how many have any), the "
+     "interval from the cells' Jeffreys posteriors drawn together; fast_p: over all the model's samples pooled.", ""),
     ("lang_arch", "Language vs architecture",
      "One model (--model; default: the one with the most samples); each cell: correct / correct with the "
      "target instructions / best speedup among candidates correct with target (n: samples whose runtime ran).",
@@ -55,7 +69,8 @@ SECTIONS = [
      "USD as litellm prices each reply (0 for models it cannot price); per sample and per sample that reached a "
      "candidate correct with the target instructions.", ""),
 ]
-TABLE_FILES = ("main", "main_display", "cells", "cells_display", "turn_limits", "docs", "lang_arch", "shapes",
+TABLE_FILES = ("main", "main_display", "cells", "cells_display", "turn_limits", "docs", "notes", "metrics",
+               "metrics_display", "metrics_models", "metrics_models_display", "lang_arch", "shapes",
                "errors", "transitions", "tokens", "cost", "instruction_mix", "not_run", "environment", "runs", "turns")
 DEFINITIONS = (
     "<b>correct</b>: a candidate computed the function on fresh random inputs at run time (whatever its census "
@@ -67,7 +82,9 @@ DEFINITIONS = (
     "\"not run\" with the reason where none ran). <b>compiled</b> and <b>target instr. in SASS</b> need no GPU. A rate shows "
     "k/n (n: samples whose runtime ran) and, where n &gt; 1, a 95% Wilson interval; a speedup shows how many "
     "samples had a qualifying candidate and, where n &gt; 1, a 95% percentile-bootstrap interval of the best "
-    "over the samples (2000 resamples; a sample with none counts 0).")
+    "over the samples (2000 resamples; a sample with none counts 0). <b>pass@k</b>: the chance that k samples of "
+    "a cell hold one correct with the target instructions (Chen et al. 2021's unbiased estimator); <b>fast_p</b>: "
+    "the share of samples correct with the target instructions and faster than p × the vendor (KernelBench).")
 
 
 @dataclass
@@ -206,6 +223,15 @@ def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = N
                                                     _keys(t["turn_limits"], ["model", "arch", "lang", "turns"]))
     t["docs"] = tables.docs_table(ds)
     t["docs_display"] = tables.format_scores(t["docs"], _keys(t["docs"], ["model", "task", "arch", "lang", "docs"]))
+    t["notes"] = tables.notes_table(ds)
+    t["notes_display"] = tables.format_scores(t["notes"], _keys(t["notes"], ["model", "task", "arch", "lang",
+                                                                            "notes"]))
+    t["notes_levels"] = sorted(ds.runs["notes"].unique()) if not ds.empty else []
+    cells = tables.cell_keys(ds)
+    t["metrics"] = tables.metrics_table(ds, cells)
+    t["metrics_display"] = tables.format_metrics(t["metrics"], _keys(t["metrics"], cells))
+    t["metrics_models"] = tables.metrics_table(ds, ["model"])
+    t["metrics_models_display"] = tables.format_metrics(t["metrics_models"], ["model"])
     t["lang_arch_model"], t["lang_arch"] = tables.lang_arch_table(ds, model)
     t["lang_arch_display"] = t["lang_arch"]
     t["shapes"] = tables.shape_table(ds)
@@ -313,6 +339,8 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
 
     sections = []
     for name, heading, what, grouping in SECTIONS:
+        if name == "notes" and len(t["notes_levels"]) < 2:
+            continue  # one notes level: the ablation table would repeat the main one
         display = t[f"{name}_display"]
         if name == "lang_arch":
             heading += f" — {t['lang_arch_model'] or 'no model'}"
