@@ -44,6 +44,8 @@ BUILD_UID = 63999  # static builds (their PID namespace ends their tree; never t
 CANDIDATE_UID_BASE = 64000  # + slot (4 per GPU: check, memcheck, ncu, vendor); kill_uid() acts only on these
 LEVELS = ("process", "bwrap", "bwrap+uid")
 # Environment variables a child may inherit from ours (values never secret). Everything else is dropped.
+# The TRITON_*_PATH ones (Triton's tool paths) still belong to its backend (issue 36): this list is applied to
+# every child, trusted ones too, before any language is known, so moving them means passing them down each chain.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
              "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "OPENBLAS_CORETYPE",
              "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
