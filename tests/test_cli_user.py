@@ -332,18 +332,20 @@ def test_build_limit_cleanup_keep_and_cache(xlang, tmp_path, monkeypatch):
 
 def test_cache_key_covers_source_and_target():
     from xlang.archs import get_arch
+    from xlang.backend import get_backend
     from xlang.task import get_task
 
     gemm, attn, h100, b200 = get_task("gemm"), get_task("attn_fwd"), get_arch("h100"), get_arch("b200")
     src = GEMM_CU.read_text()
-    base = build_cache.key(src, "cuda_ptx", gemm, h100, gemm.shape(), ("wgmma",))
-    assert base == build_cache.key(src, "cuda_ptx", gemm, h100, gemm.shape(), ("wgmma",))
-    others = [build_cache.key(src + " ", "cuda_ptx", gemm, h100, gemm.shape(), ("wgmma",)),
-              build_cache.key(src, "cuda_ptx", gemm, b200, gemm.shape(), ("wgmma",)),
-              build_cache.key(src, "cuda_ptx", attn, h100, attn.shape(), ("wgmma",)),
-              build_cache.key(src, "cuda_ptx", gemm, h100, gemm.shape({"M": 128}), ("wgmma",)),
-              build_cache.key(src, "cuda_ptx", gemm, h100, gemm.shape(), ("wgmma", "tma")),
-              build_cache.key(src, "triton", gemm, h100, gemm.shape(), ("wgmma",))]
+    cuda_ptx, triton = get_backend("cuda_ptx"), get_backend("triton")
+    base = build_cache.key(src, cuda_ptx, gemm, h100, gemm.shape(), ("wgmma",))
+    assert base == build_cache.key(src, cuda_ptx, gemm, h100, gemm.shape(), ("wgmma",))
+    others = [build_cache.key(src + " ", cuda_ptx, gemm, h100, gemm.shape(), ("wgmma",)),
+              build_cache.key(src, cuda_ptx, gemm, b200, gemm.shape(), ("wgmma",)),
+              build_cache.key(src, cuda_ptx, attn, h100, attn.shape(), ("wgmma",)),
+              build_cache.key(src, cuda_ptx, gemm, h100, gemm.shape({"M": 128}), ("wgmma",)),
+              build_cache.key(src, cuda_ptx, gemm, h100, gemm.shape(), ("wgmma", "tma")),
+              build_cache.key(src, triton, gemm, h100, gemm.shape(), ("wgmma",))]
     assert len({base, *others}) == len(others) + 1
 
 

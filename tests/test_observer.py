@@ -68,7 +68,7 @@ def test_build_is_cached_by_source(library):
 
 def test_missing_cupti_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(obs, "_cuda_roots", lambda: [tmp_path / "nowhere"])
-    monkeypatch.setattr(obs, "_triton_dirs", lambda: None)
+    monkeypatch.setattr(obs.toolchain, "packaged_files", lambda relative: [])  # no wheel that carries CUPTI
     with pytest.raises(ObserverError, match="CUPTI headers and library not found"):
         obs.build_library(tmp_path / "cache")
 

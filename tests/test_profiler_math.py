@@ -337,3 +337,20 @@ def test_merge_pairs_launches_by_their_own_totals():
     # one launch printed once: unchanged pairing
     merged = ncu.merge([block("k", 64)], [launch("k", 64, 0)])
     assert len(merged) == 1 and merged[0].per_opcode == {"FFMA": 64}
+
+
+def test_tensor_core_opcodes_come_from_archs_toml_for_the_math_and_the_mix():
+    from xlang.archs import tensor_core_opcodes
+    from xlang.report.tables import mix_class
+
+    listed = tensor_core_opcodes()
+    assert [r.name for r in ncu.MATH_RULES if r.kind == "tensor_core"] == [op.name for op in listed]
+    # The spellings ncu and the report used before they were read from archs.toml, and the three each lacked.
+    assert [op.name for op in listed] == ["HGMMA", "IGMMA", "QGMMA", "BGMMA", "HMMA", "IMMA", "DMMA", "BMMA", "QMMA",
+                                          "OMMA", "UTCMMA"]
+    for opcode, mix in (("HGMMA", "wgmma / tcgen05"), ("UTCHMMA", "wgmma / tcgen05"), ("UTCQMMA", "wgmma / tcgen05"),
+                        ("HMMA", "mma.sync"), ("DMMA", "mma.sync"), ("BMMA", "mma.sync"), ("OMMA", "mma.sync")):
+        assert mix_class(opcode) == f"tensor core: {mix}"
+        assert ncu.math_rule(opcode).kind == "tensor_core"
+    assert ncu.instruction_flops("QMMA.16832.F32.E4M3.E4M3", "")[1] == 2 * 16 * 8 * 32 / 32
+    assert mix_class("IMAD") == "integer, address and other" and ncu.math_rule("IMAD") is None

@@ -18,6 +18,21 @@ class Family:
     ptx: re.Pattern
     sass: re.Pattern
     narrow_accumulate: re.Pattern | None = None  # its MMAs that accumulate in fp16 (full SASS opcode), if visible
+    math: str = ""  # "tensor_core", "cuda_core" or "" (not math): what its instructions compute
+    opcodes: tuple["TensorCoreOpcode", ...] = ()  # a tensor-core family's opcodes (archs.toml `opcodes`)
+
+
+@dataclass(frozen=True)
+class TensorCoreOpcode:
+    """One tensor-core SASS opcode (or a set spelled alike) of a family: priced by the Nsight Compute stage,
+    grouped by the report's instruction mix."""
+
+    name: str  # the base opcode it is reported under, e.g. "HGMMA"; "UTCMMA" stands for every UTC*MMA
+    pattern: str  # regular expression of the base opcode (no anchors): the name, or archs.toml `opcode_patterns`
+    family: str
+    shape: str  # "gmma" | "mma" | "descriptor": how the full opcode spells the MMA shape (archs.toml header)
+    mix: str  # its class in the report's instruction mix
+    note: str  # the operand types it takes
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,9 @@ def _registry() -> tuple[dict[str, Family], dict[str, Arch]]:
     data = tomllib.loads((Path(__file__).parent / "archs.toml").read_text())
     families = {
         name: Family(name, f["doc"], re.compile(f["ptx"]), re.compile(f["sass"]),
-                     re.compile(f["narrow_accumulate"]) if f.get("narrow_accumulate") else None)
+                     re.compile(f["narrow_accumulate"]) if f.get("narrow_accumulate") else None, f.get("math", ""),
+                     tuple(TensorCoreOpcode(op, f.get("opcode_patterns", {}).get(op, op), name, f["shape"], f["mix"],
+                                            note) for op, note in f.get("opcodes", {}).items()))
         for name, f in data["families"].items()
     }
     archs = {}
@@ -96,6 +113,11 @@ def families() -> dict[str, Family]:
 
 def archs() -> dict[str, Arch]:
     return _registry()[1]
+
+
+def tensor_core_opcodes() -> tuple[TensorCoreOpcode, ...]:
+    """Every tensor-core opcode archs.toml lists, family by family in file order."""
+    return tuple(op for fam in families().values() for op in fam.opcodes)
 
 
 def get_arch(name: str) -> Arch:

@@ -16,15 +16,21 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
+import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xlang import resources
+from xlang import build_cache, resources, sandbox
+from xlang.archs import archs
+from xlang.candidate import load_module
 from xlang.census import Census, take_census
 from xlang.errors import XlangError
+from xlang.task import peer_library_folders
+from xlang.toolchain import require_tool
 
 ENTRY_POINT_GROUP = "xlang.backends"  # a third-party package adds a language here (name = BACKEND instance)
 
@@ -97,9 +103,7 @@ class BuildResult:
         return cls(**d)
 
     def save(self) -> Path:
-        from xlang.sandbox import replace_file
-
-        return replace_file(Path(self.workdir) / "build.json", json.dumps(self.to_dict(), indent=1))
+        return sandbox.replace_file(Path(self.workdir) / "build.json", json.dumps(self.to_dict(), indent=1))
 
 
 class Backend(ABC):
@@ -116,14 +120,16 @@ class Backend(ABC):
       color     its colour in plots (any matplotlib colour)
       tools     NVIDIA tools a build needs besides cuobjdump (checked before any work), e.g. ("nvcc",)
       distributions  Python distributions whose versions decide a build (see versions())
+      fingerprint_packages  (distribution, short name) of the Python packages of this language that every
+                toolchain record and verdict fingerprint lists (toolchain_packages(); torch is the core's)
       kernels_on_disk  True when every kernel the candidate launches comes from a module file the judge can hash
                 (its build's cubins, or cubins its JIT writes into the candidate's private cache); False when
                 the JIT keeps its output in memory, so a runtime kernel's provenance is judged by name alone
       jit_cache  the folder under the candidate's HOME where its JIT writes the cubins it compiles at run time
-                (Triton, Gluon: ".triton", where child_env points TRITON_CACHE_DIR); the judge takes a module
-                found on disk as the candidate's own only from its build or from there (None: its build only)
-      jit_kernel_prefix  what the language's JIT puts before every kernel name it makes (CuTe DSL:
-                "kernel_cutlass_"); for a JIT that keeps kernels in memory, every run-time kernel must carry it
+                (where child_env points the JIT's cache); the judge takes a module found on disk as the
+                candidate's own only from its build or from there (None: its build only)
+      jit_kernel_prefix  what the language's JIT puts before every kernel name it makes (see
+                backends/cutedsl); for a JIT that keeps kernels in memory, every run-time kernel must carry it
                 (or be a torch utility) and the vendor screen reads its name after it (or after the stem of the
                 candidate's own kernel function, KernelImage.meta["stem"]), so the language's own word is not
                 taken for a vendor's; the rest, which the candidate's source chose, is still screened
@@ -139,6 +145,7 @@ class Backend(ABC):
     color: str = "#888888"
     tools: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
+    fingerprint_packages: tuple[tuple[str, str], ...] = ()
     kernels_on_disk: bool = True
     jit_cache: str | None = None
     jit_kernel_prefix: str = ""
@@ -152,9 +159,7 @@ class Backend(ABC):
         """The language section of the prompt: prompt.md rendered (jinja2) with this task's contract and the
         target architecture (`arch`: title, sm, generation; None renders every registered architecture's
         target names through `archs`), so no prompt hard-codes an architecture."""
-        from jinja2 import Template
-
-        from xlang.archs import archs
+        from jinja2 import Template  # lazy: only prompts need it (start-up time of every other command)
 
         text = (self.folder / "prompt.md").read_text()
         targets = list(archs().values()) if arch is None else [arch]
@@ -200,6 +205,13 @@ class Backend(ABC):
             raise XlangError(f"{self.name} needs the Python package{'s' * (len(absent) > 1)} {', '.join(absent)}, not "
                              f"installed here (pip install 'xlang[{self.name}]' where that extra exists)")
 
+    def child_env(self, home: Path) -> dict[str, str]:
+        """Environment variables a build or runner child whose HOME is `home` needs for this language: where its
+        JIT keeps its caches, inside that home (a fresh folder per child: never a cache another candidate wrote
+        or will read). Every child gets every language's (jit_env): a vendor's or peer's process may run
+        another language's JIT."""
+        return {}
+
     def cache_inputs(self, arch) -> list[Path]:
         """Files or folders besides the backend's own folder whose content decides a build (the build-cache key
         hashes them), e.g. headers the compiler includes."""
@@ -244,7 +256,7 @@ JIT_CACHE_COPY = "jit-cache"
 class PythonModuleBackend(Backend):
     """A language whose candidate is a Python module exposing xlang_entry, built by a static-build child.
 
-    `static_build` names a module (relative to xlang, e.g. "backends.triton.static_build") with
+    `static_build` names a module (relative to xlang, e.g. "backends.<lang>.static_build") with
     main([source, task, arch, shape_json, out_dir]) that imports the candidate, calls its entry point with the
     target faked, and writes OUT_DIR/static_build.json in the one static-build protocol (STATIC_BUILD_PROTOCOL):
       {"ok": bool, "error": str | null,                   # the candidate's or compiler's message when not ok
@@ -282,8 +294,6 @@ class PythonModuleBackend(Backend):
         return result
 
     def load_entry(self, build: BuildResult):
-        from xlang.candidate import load_module
-
         return load_module(build.load_path).xlang_entry
 
     def seed_cache(self, build: BuildResult) -> Path | None:
@@ -321,12 +331,6 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     The files that report names (cubins, PTX) and the child's JIT cache (`jit_cache` in its home) are copied
     into workdir under names the judge chooses (k<i>.cubin, k<i>.ptx, jit-cache/), never through a link, and
     the report returned names the copies. Returns (that report, error, the child's stdout)."""
-    import shutil
-
-    from xlang.sandbox import (Jail, copy_untrusted_tree, python_child, read_untrusted, read_untrusted_below,
-                               replace_file)
-    from xlang.task import peer_library_folders
-
     timeout_s = min(timeout_s, _build_limit.get())  # the caller's limit (build --timeout) wins when lower
     # The candidate's Python runs here: jailed, with a fresh folder of its own as HOME (its private JIT
     # caches: never a cache another candidate wrote or will read); it reads its source, never writes beside it.
@@ -334,12 +338,13 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     if child_dir.exists() or child_dir.is_symlink():  # a rebuild in a kept folder: the old child's files go
         shutil.rmtree(child_dir) if child_dir.is_dir() and not child_dir.is_symlink() else child_dir.unlink()
     child_dir.mkdir(mode=0o700)
-    child = python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
-                         timeout=timeout_s, cwd=child_dir, env=env,
-                         jail=Jail(home=child_dir, readable=[source_path], hidden=peer_library_folders()))
+    child = sandbox.python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
+                                 timeout=timeout_s, cwd=child_dir, env={**jit_env(child_dir), **env},
+                                 jail=sandbox.Jail(home=child_dir, readable=[source_path],
+                                                   hidden=peer_library_folders()))
     if child.timed_out:
         return None, f"the build ({what}) exceeded {timeout_s:.0f} s{BUILD_TIMEOUT_MARK}", child.stdout
-    text = read_untrusted(child_dir / "static_build.json", limit=8 << 20)
+    text = sandbox.read_untrusted(child_dir / "static_build.json", limit=8 << 20)
     try:
         report = json.loads(text) if text is not None else None
     except json.JSONDecodeError:
@@ -356,16 +361,16 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
             if not isinstance(k, dict) or not isinstance(k.get(key), str):
                 continue
             if k[key] not in copies:
-                data = read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
+                data = sandbox.read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
                 if data is None:
                     return None, f"the build named a file that is not a regular file of its own: {k[key][:200]}", ""
-                copies[k[key]] = str(replace_file(workdir / f"k{len(copies)}.{key}", data))
+                copies[k[key]] = str(sandbox.replace_file(workdir / f"k{len(copies)}.{key}", data))
             k[key] = copies[k[key]]
     if jit_cache and report.get("ok"):
         old = workdir / JIT_CACHE_COPY
         if old.is_dir() and not old.is_symlink():  # a rebuild in a kept folder
             shutil.rmtree(old)
-        copy_untrusted_tree(child_dir / jit_cache, old)
+        sandbox.copy_untrusted_tree(child_dir / jit_cache, old)
     return report, None, child.stdout
 
 
@@ -429,8 +434,6 @@ def _package_version(dist: str) -> str:
 def require_build_tools(langs) -> None:
     """Before any work: every tool a build of these languages needs (Backend.tools; cuobjdump for the census)
     and the Python packages they build with (Backend.distributions)."""
-    from xlang.toolchain import require_tool
-
     for tool in dict.fromkeys(t for lang in langs for t in get_backend(lang).tools):
         require_tool(tool)
     require_tool("cuobjdump")
@@ -444,8 +447,6 @@ def backends() -> dict[str, Backend]:
     (each defining BACKEND), then entry points of group `xlang.backends` (each loading to a Backend instance or
     class), then register_backend(). A later source replaces an earlier one of the same name. A plugin that
     fails to load is skipped with a warning on stderr, never silently."""
-    import sys
-
     found: dict[str, Backend] = {}
     root = resources.folder("backends")
     for folder in sorted(p for p in root.iterdir() if (p / "backend.py").is_file() and not p.name.startswith("_")):
@@ -466,6 +467,20 @@ def backends() -> dict[str, Backend]:
         found[backend.name] = backend
     found.update(_registered)
     return dict(sorted(found.items(), key=lambda kv: (kv[1].rank, kv[0])))
+
+
+def jit_env(home: Path) -> dict[str, str]:
+    """Every language's child_env(home): the environment of any build or runner child whose HOME is `home`."""
+    env: dict[str, str] = {}
+    for backend in backends().values():
+        env.update(backend.child_env(home))
+    return env
+
+
+def toolchain_packages() -> dict[str, str]:
+    """{distribution: short name} of every language's fingerprint_packages, in display order: what toolchain
+    records (xlang.agent.buildinfo) and verdict fingerprints (the judge; '_' for '-' there) list."""
+    return {dist: name for backend in backends().values() for dist, name in backend.fingerprint_packages}
 
 
 def lang_names() -> tuple[str, ...]:
@@ -530,8 +545,6 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
 
     timeout_s: the wall-clock limit of a sandboxed build child (default DEFAULT_BUILD_TIMEOUT_S).
     cache: reuse an identical earlier build (xlang.build_cache: same source, toolchain and build code)."""
-    from xlang import build_cache
-
     backend = get_backend(lang)
     shape = shape or task.shape()
     required = tuple(required or task.required_for(arch))
@@ -540,12 +553,10 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
     workdir.mkdir(parents=True, exist_ok=True)
     source_text = read_source(source) if isinstance(source, Path) else source
     source_path = workdir / f"candidate{backend.suffix}"
-    from xlang.sandbox import replace_file
-
-    replace_file(source_path, source_text)
+    sandbox.replace_file(source_path, source_text)
     start = time.monotonic()
-    key = build_cache.key(source_text, lang, task, arch, shape, required) if cache else None
-    hit = build_cache.lookup(key, workdir) if key else None
+    key = build_cache.key(source_text, backend, task, arch, shape, required) if cache else None
+    hit = build_cache.lookup(key, workdir, BuildResult.from_dict) if key else None
     if hit is not None:
         hit.seconds = time.monotonic() - start
         hit.save()
@@ -565,6 +576,6 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
             result.host_round_trip = backend.host_round_trip(source_text, result)
     result.seconds = time.monotonic() - start
     if key:
-        build_cache.store(key, result)
+        build_cache.store(key, result, CHILD_FOLDER)
     result.save()
     return result

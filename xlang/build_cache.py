@@ -1,9 +1,10 @@
 """A content-addressed cache of successful builds, shared by build, eval, run and compare.
 
 Key: sha256 over the candidate's source, language, task, architecture, shape, required families, and what
-decides a build besides them: the toolchain (nvcc's version line, the triton / torch / CuTe DSL versions,
-Python) and the code that builds and takes the census (backends/<lang>/, the task's definition, the
-architecture's template headers, xlang's build and census modules). Any change to one of them is a new key.
+decides a build besides them: the toolchain (the language's Backend.versions(): nvcc's version line or its Python
+packages' versions; Python) and the code that builds and takes the census (backends/<lang>/, the task's
+definition, the architecture's template headers, xlang's build and census modules). Any change to one of them is
+a new key.
 
 Trust boundary: a candidate is hostile code and runs in the build child. The child only ever writes its own
 fresh workdir; this cache lives elsewhere ($XLANG_BUILD_CACHE, default ~/.cache/xlang/builds, a folder no build
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import xlang
 from xlang.sandbox import copy_untrusted_file, replace_file, write_new
+from xlang.toolchain import nvcc_version
 
 FORMAT = 1  # bumped when the entry layout changes
 CACHE_ENV = "XLANG_BUILD_CACHE"
@@ -47,8 +49,6 @@ def enabled() -> bool:
 
 @functools.cache
 def _nvcc_version() -> str:
-    from xlang.toolchain import nvcc_version
-
     return nvcc_version() or "none"
 
 
@@ -72,27 +72,24 @@ def _tree_digest(paths) -> str:
     return h.hexdigest()
 
 
-def toolchain(lang: str) -> dict:
-    """What, besides the inputs, decides a build of this language."""
-    from xlang.backend import get_backend
-
+def toolchain(backend) -> dict:
+    """What, besides the inputs, decides a build of this language (a Backend)."""
     out = {"python": platform.python_version(), "xlang": xlang.__version__}
-    out.update(get_backend(lang).versions())
+    out.update(backend.versions())
     out["cuobjdump"] = _package("nvidia-cuda-cuobjdump")  # the census's disassembler
     return out
 
 
-def key(source: str, lang: str, task, arch, shape: dict, required) -> str:
+def key(source: str, backend, task, arch, shape: dict, required) -> str:
+    """The key of a build of `source` by `backend` (a Backend: the caller has it; this module sits below the
+    backend registry, which builds through it)."""
     here = Path(__file__).resolve().parent
-    from xlang.backend import get_backend
-
-    backend = get_backend(lang)
     code = [backend.folder, *sorted(Path(task.folder()).glob("*.py")),
             here / "backend.py", here / "census.py", here / "candidate.py", here / "task.py",
             here / "archs.toml", here / "sandbox.py", *backend.cache_inputs(arch)]
-    material = {"format": FORMAT, "source": hashlib.sha256(source.encode()).hexdigest(), "lang": lang,
+    material = {"format": FORMAT, "source": hashlib.sha256(source.encode()).hexdigest(), "lang": backend.name,
                 "task": task.name, "arch": arch.name, "shape": sorted(shape.items()), "required": list(required),
-                "toolchain": toolchain(lang), "code": _tree_digest(code)}
+                "toolchain": toolchain(backend), "code": _tree_digest(code)}
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
@@ -117,9 +114,10 @@ def _referenced(result) -> list[str]:
     return sorted({p for p in paths if p})
 
 
-def store(k: str, result) -> bool:
-    """Keep a successful result's files (those it names) under key k. False when not cacheable or on any
-    error: the cache is an optimisation, a failure to write it never fails a build."""
+def store(k: str, result, candidate_folder: str) -> bool:
+    """Keep a successful result's files (those it names) under key k; never a file of `candidate_folder`, the
+    part of the build folder the candidate could write. False when not cacheable or on any error: the cache is an
+    optimisation, a failure to write it never fails a build."""
     if not (enabled() and result.ok and result.census is not None):
         return False
     workdir = Path(result.workdir).resolve()
@@ -128,14 +126,12 @@ def store(k: str, result) -> bool:
         if _verified(final, k) is not None:
             return True
         shutil.rmtree(final, ignore_errors=True)  # torn or tampered: replaced by this build's files
-    from xlang.backend import CHILD_FOLDER
-
     try:
         rels = [Path(p).resolve().relative_to(workdir) for p in _referenced(result)]
     except ValueError:
         return False  # a file outside the workdir: nothing we can vouch for
     if any(p.is_symlink() for p in map(Path, _referenced(result))) or any(
-            rel.parts[:1] == (CHILD_FOLDER,) for rel in rels):
+            rel.parts[:1] == (candidate_folder,) for rel in rels):
         return False  # a link, or a file of the candidate's folder: the judge keeps only its own copies
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -173,12 +169,11 @@ def _verified(entry: Path, k: str) -> dict | None:
         return None
 
 
-def lookup(k: str, workdir: Path):
-    """The cached result for key k with its files copied into workdir (verified first), else None."""
+def lookup(k: str, workdir: Path, from_dict):
+    """The cached result for key k with its files copied into workdir (verified first), else None. from_dict:
+    BuildResult.from_dict (the caller's: a malformed entry is a miss)."""
     if not enabled():
         return None
-    from xlang.backend import BuildResult
-
     entry = _entry(k)
     try:
         manifest = _verified(entry, k)
@@ -192,7 +187,7 @@ def lookup(k: str, workdir: Path):
             replace_file(dest, (entry / "files" / rel).read_bytes())
             if _sha256(dest) != digest:  # changed between the check and the copy
                 return None
-        result = BuildResult.from_dict(json.loads(_rebase(manifest["result"], _PLACEHOLDER, str(workdir))))
+        result = from_dict(json.loads(_rebase(manifest["result"], _PLACEHOLDER, str(workdir))))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     result.workdir = str(workdir)

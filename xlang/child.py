@@ -1,5 +1,5 @@
 """Entry point of every child process: `python -m xlang.child MODULE ARGS...` runs MODULE.main(ARGS)
-(MODULE relative to xlang, e.g. backends.triton.static_build or profiler.judge)."""
+(MODULE relative to xlang, e.g. backends.<lang>.static_build or profiler.judge)."""
 
 import sys
 

@@ -34,7 +34,13 @@ from typing import Optional
 
 import pandas as pd
 
+from xlang.archs import get_arch
+from xlang.backend import build_timed_out, get_backend
 from xlang.errors import XlangError
+from xlang.identity import stored_identity
+from xlang.store import Store
+from xlang.terminal import make_console
+from xlang.verdict import scores
 
 RULES = ("lost-family", "compile-error", "slower", "unmatched")
 _NOT_TOOLCHAIN = ("harness", "torch", "cuobjdump", "runtime", "driver", "ptxas", "legacy")
@@ -59,12 +65,8 @@ def toolchain_label(lang: str, toolchain: dict | None) -> str:
 
 
 def _run_toolchain(run: dict, verdict: dict) -> dict:
-    from xlang.identity import stored_identity
-
     tc = stored_identity(run)
     if tc.get("legacy"):  # a run from before identities: its language's packages and tools from its versions
-        from xlang.backend import get_backend
-
         backend = get_backend(run["lang"])
         have = {**((verdict.get("fingerprint") or {}).get("toolchain") or {}), **(run.get("versions") or {})}
         tc = {k: have.get(k) for k in (*backend.distributions, *backend.tools) if k in have}
@@ -73,10 +75,6 @@ def _run_toolchain(run: dict, verdict: dict) -> dict:
 
 def candidates(store_path: str | Path) -> pd.DataFrame:
     """One row per judged candidate (turn) of a store's current runs."""
-    from xlang.backend import build_timed_out
-    from xlang.store import Store
-    from xlang.verdict import scores
-
     rows = []
     with Store(store_path, readonly=True) as store:
         runs = {r["run_id"]: r for r in store.runs() if not r.get("superseded_by")}
@@ -156,8 +154,6 @@ def _pair(old: pd.DataFrame, new: pd.DataFrame) -> tuple[list[tuple[dict, dict |
 
 
 def candidate_rows(pairs) -> pd.DataFrame:
-    from xlang.archs import get_arch
-
     rows = []
     for a, b in pairs:
         fams = list(get_arch(a["arch"]).families)
@@ -202,7 +198,7 @@ def _geomean_interval(ratios: list[float]) -> tuple[float | None, float | None, 
     point = math.exp(sum(logs) / len(logs))
     if len(logs) < 2:
         return point, None, None
-    from scipy.stats import bootstrap
+    from scipy.stats import bootstrap  # lazy: scipy's import is slow, and only intervals need it
 
     res = bootstrap((logs,), lambda x, axis=-1: x.mean(axis=axis), n_resamples=2000, method="percentile",
                     confidence_level=0.95, random_state=0)
@@ -210,8 +206,6 @@ def _geomean_interval(ratios: list[float]) -> tuple[float | None, float | None, 
 
 
 def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
-    from xlang.archs import get_arch
-
     rows = []
     if cands.empty:
         return pd.DataFrame(rows)
@@ -437,7 +431,7 @@ def _changed(c: pd.DataFrame) -> pd.DataFrame:
 
 def write(d: Diff, out: Path, title: str | None = None) -> dict:
     """index.html, diff.md and CSVs (candidates, summary, readiness) in out."""
-    from jinja2 import Environment, select_autoescape
+    from jinja2 import Environment, select_autoescape  # lazy: only the HTML page needs it
 
     out.mkdir(parents=True, exist_ok=True)
     files = {"candidates": out / "candidates.csv", "summary": out / "summary.csv", "readiness": out / "readiness.csv"}
@@ -488,7 +482,7 @@ th{background:#f4f4f4}div.scroll{overflow-x:auto}</style></head><body>
 
 
 def register(app) -> None:
-    import typer
+    import typer  # lazy: the command line's, not a library caller's
 
     @app.command("diff")
     def diff_command(
@@ -501,8 +495,6 @@ def register(app) -> None:
     ):
         """What another toolchain changed on the same candidates: categories, instruction families, registers,
         spills, SASS mix, compile time and speed, per candidate and per language x architecture."""
-        from xlang.terminal import make_console
-
         rules = parse_rules(fail_on)
         console = make_console()
         d = diff(old, new)
@@ -525,8 +517,6 @@ def register(app) -> None:
         """Per language, architecture and toolchain: the share of the corpus that compiles, that carries the
         architecture's required families in SASS, that executed them, and the experts' speed vs the vendor."""
         from rich.table import Table
-
-        from xlang.terminal import make_console
 
         r = readiness([(s, candidates(s)) for s in stores])
         display = readiness_display(r)

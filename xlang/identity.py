@@ -24,29 +24,29 @@ from __future__ import annotations
 import hashlib
 import json
 
+import xlang  # HARNESS_VERSION read when called (tests set it)
+from xlang.agent import buildinfo  # its functions looked up when called (tests replace tool_release)
+from xlang.backend import get_backend
+
 IDENTITY_KEYS_OF_RUNTIME = ("runtime", "driver")
 
 
 def toolchain_identity(lang: str, runtime=None) -> dict:
     """The toolchain identity of a cell of this language. runtime: the Runtime the cell is judged with (None or
     one that is not available: static only)."""
-    from xlang import HARNESS_VERSION
-    from xlang.agent.buildinfo import driver_version, package_version, tool_release
-    from xlang.backend import get_backend
-
     backend = get_backend(lang)
-    out: dict = {"harness": HARNESS_VERSION}
+    out: dict = {"harness": xlang.HARNESS_VERSION}
     for dist in dict.fromkeys((*backend.distributions, "torch")):
-        out[dist] = package_version(dist)
+        out[dist] = buildinfo.package_version(dist)
     for tool in backend.tools:
-        out[tool] = tool_release(tool)
+        out[tool] = buildinfo.tool_release(tool)
         if tool == "nvcc":
-            out["ptxas"] = tool_release("ptxas")
-    out["cuobjdump"] = tool_release("cuobjdump")
+            out["ptxas"] = buildinfo.tool_release("ptxas")
+    out["cuobjdump"] = buildinfo.tool_release("cuobjdump")
     ran = bool(runtime is not None and runtime.available)
     out["runtime"] = ran
     if ran and runtime.name == "local":
-        out["driver"] = driver_version()
+        out["driver"] = buildinfo.driver_version()
     return out
 
 

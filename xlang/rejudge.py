@@ -18,8 +18,15 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from xlang.compare import Cell, CompareConfig, cell_key, split_list
+from xlang import compare
+from xlang.archs import get_arch
+from xlang.backend import backends, get_backend, lang_names, read_source
+from xlang.compare import Cell, CompareConfig, cell_key, print_table, split_list, to_json
 from xlang.errors import XlangError
+from xlang.identity import digest, toolchain_identity
+from xlang.store import Store
+from xlang.task import task_names
+from xlang.terminal import make_console
 
 EXPERTS = "experts"
 
@@ -30,8 +37,6 @@ def _digest(obj) -> str:
 
 def _run_cells(cfg: CompareConfig, spec: dict) -> list[tuple]:
     """(task, lang, arch, key, options) for every candidate run of a store."""
-    from xlang.store import Store
-
     db = Path(spec["path"]).resolve()
     out = []
     with Store(db, readonly=True) as store:
@@ -58,9 +63,6 @@ def _run_cells(cfg: CompareConfig, spec: dict) -> list[tuple]:
 
 
 def _file_cells(cfg: CompareConfig, spec: dict) -> list[tuple]:
-    from xlang.backend import backends, read_source
-    from xlang.task import task_names
-
     path = Path(spec["path"])
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
     known = backends()
@@ -89,8 +91,6 @@ def _file_cells(cfg: CompareConfig, spec: dict) -> list[tuple]:
 
 
 def _expert_cells(cfg: CompareConfig, spec: dict) -> list[tuple]:
-    from xlang.task import task_names
-
     ref = dataclasses.replace(cfg, model="reference")
     return [(t, lang, a, cell_key(ref, t, lang, a), dict(model="reference"))
             for t in (spec.get("tasks") or task_names()) for a in cfg.archs for lang in spec["langs"]
@@ -105,8 +105,6 @@ def _chosen(cfg: CompareConfig, task: str, lang: str, arch: str, spec: dict) -> 
 def sources(paths: list[str], archs: list[str], langs: list[str], tasks: list[str], task: str | None,
             lang: str | None) -> list[dict]:
     """Each source as {kind, path, ...filters}, checked before any work."""
-    from xlang.backend import get_backend, lang_names
-
     out = []
     for p in paths:
         spec = {"archs": archs, "langs": langs, "tasks": tasks, "task": task, "lang": lang, "path": p}
@@ -141,8 +139,6 @@ def plan_cells(cfg: CompareConfig, specs: list[dict]) -> list[tuple]:
 
 def planner(cells: list[tuple]):
     """The compare planner of these cells: each one's run id is its key and its toolchain identity."""
-    from xlang.identity import digest, toolchain_identity
-
     def plan(cfg, runtimes):
         out = []
         for task, lang, arch, key, options in cells:
@@ -156,11 +152,9 @@ def planner(cells: list[tuple]):
 def run_rejudge(paths: list[str], store: str, archs=None, langs=None, tasks=None, task=None, lang=None,
                 profiler: str = "local", ray: str | None = None, rerun: bool = False, concurrency: int = 4,
                 console=None, progress: bool = True):
-    from xlang.archs import get_arch
-    from xlang.compare import run_compare
-
     archs = [get_arch(a).name for a in (archs or [])]
-    cfg = CompareConfig(archs=archs or ["h100"], langs=langs or ["triton"], tasks=tasks or None, store=store,
+    # langs: a placeholder until the cells' languages replace it below (plan_cells reads only the archs)
+    cfg = CompareConfig(archs=archs or ["h100"], langs=list(langs or lang_names()), tasks=tasks or None, store=store,
                         profiler=profiler, ray=ray, rerun=rerun, concurrency=concurrency)
     specs = sources(paths, archs, langs or [], tasks or [], task, lang)
     cells = plan_cells(cfg, specs)
@@ -170,11 +164,11 @@ def run_rejudge(paths: list[str], store: str, archs=None, langs=None, tasks=None
     cfg.archs = list(dict.fromkeys(c[2] for c in cells))
     cfg.langs = list(dict.fromkeys(c[1] for c in cells))
     cfg.tasks = list(dict.fromkeys(c[0] for c in cells))
-    return run_compare(cfg, console, progress, planner=planner(cells), title="xlang rejudge")
+    return compare.run_compare(cfg, console, progress, planner=planner(cells), title="xlang rejudge")
 
 
 def register(app) -> None:
-    import typer
+    import typer  # lazy: the command line's, not a library caller's
 
     @app.command("rejudge")
     def rejudge_command(
@@ -196,9 +190,6 @@ def register(app) -> None:
     ):
         """Judge stored candidates, candidate files or the experts again under the installed toolchain into a
         store (then: xlang diff OLD.db NEW.db)."""
-        from xlang.compare import print_table, to_json
-        from xlang.terminal import make_console
-
         console = make_console(stderr=as_json)
         result = run_rejudge(paths, store, split_list(arch), split_list(langs), split_list(tasks), task, lang,
                              profiler, ray, rerun, console=console)

@@ -44,6 +44,8 @@ BUILD_UID = 63999  # static builds (their PID namespace ends their tree; never t
 CANDIDATE_UID_BASE = 64000  # + slot (4 per GPU: check, memcheck, ncu, vendor); kill_uid() acts only on these
 LEVELS = ("process", "bwrap", "bwrap+uid")
 # Environment variables a child may inherit from ours (values never secret). Everything else is dropped.
+# The TRITON_*_PATH ones (Triton's tool paths) still belong to its backend (issue 36): this list is applied to
+# every child, trusted ones too, before any language is known, so moving them means passing them down each chain.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
              "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "OPENBLAS_CORETYPE",
              "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
@@ -56,7 +58,8 @@ def child_env(extra: dict | None = None, home: Path | None = None, jail: "Jail |
 
     A trusted child (the judge) imports xlang from where we did. A candidate's child (`jail`, or `home` for a
     jail of the default view) imports it from the minimal runner package (runner_package) and is told no path
-    of the host that its jail does not bind (PATH-like variables keep only the entries it can see)."""
+    of the host that its jail does not bind (PATH-like variables keep only the entries it can see). Where the
+    languages' JITs keep their caches in its home is theirs to say: callers add backend.jit_env(home) to extra."""
     if jail is None and home is not None:
         jail = Jail(home=home)
     env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
@@ -83,8 +86,7 @@ def child_env(extra: dict | None = None, home: Path | None = None, jail: "Jail |
     env.update(PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     if home is not None:
         env.update(HOME=str(home), TMPDIR=str(home / "tmp"), XDG_CACHE_HOME=str(home / ".cache"),
-                   USER="xlang-candidate", LOGNAME="xlang-candidate",  # its uid has no passwd entry
-                   TRITON_CACHE_DIR=str(home / ".triton"), CUTE_DSL_CACHE_DIR=str(home / ".cute"))
+                   USER="xlang-candidate", LOGNAME="xlang-candidate")  # its uid has no passwd entry
     env.update(extra or {})
     return env
 
@@ -725,7 +727,7 @@ def run_child(cmd: list[str], timeout: float, cwd: Path | None = None, env: dict
 
 def python_child(module: str, args: list[str], timeout: float, cwd: Path | None = None,
                  env: dict | None = None, jail: Jail | None = None) -> ChildResult:
-    """Run `main(args)` of a module under xlang (e.g. 'backends.triton.static_build') in a child python,
+    """Run `main(args)` of a module under xlang (e.g. 'backends.<lang>.static_build') in a child python,
     in `jail` when given (candidate code), with `env` on top of the allow-list."""
     cmd = [sys.executable, "-m", "xlang.child", module, *args]
     if jail is not None:

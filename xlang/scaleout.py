@@ -30,10 +30,13 @@ f(source, lang, task, arch, shape, options) -> Verdict | dict).
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
+import logging
 import os
 import shutil
+import socket
 import sys
 import tarfile
 import tempfile
@@ -42,7 +45,13 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from xlang.archs import archs, get_arch
+from xlang.backend import CHILD_FOLDER, BuildResult, build_candidate
 from xlang.errors import XlangError
+from xlang.profiler import gpu as gpu_mod
+from xlang.runtimes import Runtime
+from xlang.task import get_task
+from xlang.verdict import Verdict
 
 RAY_PIN = "2.60.0"  # pyproject's xlang[ray]
 RETRIES = 3  # per task, on worker or node death
@@ -59,7 +68,7 @@ _state: dict = {}
 
 def require_ray():
     try:
-        import ray
+        import ray  # lazy: absent on the GPU image and in a plain install (xlang[ray])
     except ImportError:
         raise XlangError(f"--ray needs Ray: python3 -m pip install 'xlang[ray]' (ray=={RAY_PIN})") from None
     return ray
@@ -85,9 +94,6 @@ def address_of(spec: str) -> str:
 
 def local_resources(gpus=None) -> dict:
     """What this machine declares to Ray: its GPUs and, per architecture SM, how many of them run its code."""
-    from xlang.archs import archs
-    from xlang.profiler import gpu as gpu_mod
-
     found = list(gpu_mod.gpus() if gpus is None else gpus)
     res: Counter = Counter()
     for g in found:
@@ -107,8 +113,6 @@ PROBE_TIMEOUT_S = 3.0
 def probe(address: str) -> None:
     """HOST:PORT or ray://HOST:PORT accepts a TCP connection, else one line at once (nothing listening, a host that
     does not resolve). A port that answers but is not Ray's is left to the bounded join."""
-    import socket
-
     hostport = address.removeprefix("ray://").split("/", 1)[0]
     host, sep, port = hostport.rpartition(":")
     if not sep or not port.isdigit():
@@ -153,8 +157,6 @@ def connect(address: str | None = LOCAL) -> str:
     ray = require_ray()
     with _lock:
         if not ray.is_initialized():
-            import logging
-
             kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
             try:
                 if address == LOCAL:
@@ -209,8 +211,6 @@ def cluster_has(sm: str) -> bool:
 def pack(build) -> bytes:
     """The build's folder as a tar.gz (what another node needs to load and judge it): the judge's files only,
     never the static-build child's own folder (whatever the candidate left there, links included)."""
-    from xlang.backend import CHILD_FOLDER
-
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(build.workdir, arcname="build",
@@ -220,8 +220,6 @@ def pack(build) -> bytes:
 
 def unpack(data: bytes, build, dest: Path):
     """The packed build as folder dest (made here), with every path the result names moved there."""
-    from xlang.backend import BuildResult
-
     dest = Path(dest).resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
@@ -244,8 +242,6 @@ def _node() -> str:
 
 
 def _load(spec: str):
-    import importlib
-
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -255,10 +251,6 @@ def _load(spec: str):
 
 def build_job(code, lang, task, arch, shape, workdir, driver_node):
     """In a Ray CPU task: the static build. Returns (BuildResult, packed folder or None when on the driver's node)."""
-    from xlang.archs import get_arch
-    from xlang.backend import build_candidate
-    from xlang.task import get_task
-
     if _node() == driver_node:
         return build_candidate(code, lang, get_task(task), get_arch(arch), shape, workdir=Path(workdir)), None
     tmp = Path(tempfile.mkdtemp(prefix="xlang-ray-build-"))
@@ -271,11 +263,7 @@ def build_job(code, lang, task, arch, shape, workdir, driver_node):
 
 def verdict_job(job, source, build, packed, lang, task, arch, shape, options, evaluator, driver_node, tracker):
     """In a Ray GPU task (num_gpus=1, {sm: 1}): the verdict on the GPU Ray assigned. Returns (verdict dict, slot)."""
-    import ray
-
-    from xlang.archs import get_arch
-    from xlang.task import get_task
-    from xlang.verdict import Verdict
+    import ray  # a Ray task: Ray is there
 
     ids = [str(int(i)) for i in ray.get_gpu_ids()]
     ip = ray.util.get_node_ip_address()
@@ -290,7 +278,7 @@ def verdict_job(job, source, build, packed, lang, task, arch, shape, options, ev
         task_obj, arch_obj = get_task(task), get_arch(arch)
         if evaluator:
             verdict = _load(evaluator)(source, lang, task_obj, arch_obj, shape, options)
-        else:
+        else:  # lazy: the judge's modules, needed only in a GPU task that judges here
             from xlang.profiler.evaluate import evaluate
 
             if _node() != driver_node or not Path(build.workdir).is_dir():
@@ -385,8 +373,6 @@ MONITOR = Monitor()
 def ray_runtime(spec: str, arch):
     """The agent loop's Runtime for --ray: builds as CPU tasks; verdicts as GPU tasks when the cluster has a GPU
     declaring arch.sm, else not run (and why)."""
-    from xlang.agent.runtime import Runtime
-
     where = connect(address_of(spec))
     ray = require_ray()
     remotes = _remotes()

@@ -1,8 +1,10 @@
-"""Find the NVIDIA tools: nvcc (CUDA toolkit) and cuobjdump/nvdisasm (toolkit, pip package, or triton wheel)."""
+"""Find the NVIDIA tools: nvcc (CUDA toolkit) and cuobjdump/nvdisasm (toolkit, NVIDIA's pip packages, or another
+installed Python package that carries them, such as a JIT compiler's wheel)."""
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -18,11 +20,35 @@ def _toolkit_dirs() -> list[Path]:
 
 
 def _python_package_dirs() -> list[Path]:
-    # nvidia-cuda-cuobjdump / -nvdisasm install under site-packages/nvidia/cu13/bin (cu12: cuda_*/bin);
-    # the triton wheel carries both in triton/backends/nvidia/bin.
+    # nvidia-cuda-cuobjdump / -nvdisasm install under site-packages/nvidia/cu13/bin (cu12: cuda_*/bin).
     site = Path(sysconfig.get_paths()["purelib"])
     return [site / "nvidia" / "cu13" / "bin", site / "nvidia" / "cuda_cuobjdump" / "bin",
-            site / "nvidia" / "cuda_nvdisasm" / "bin", site / "triton" / "backends" / "nvidia" / "bin"]
+            site / "nvidia" / "cuda_nvdisasm" / "bin"]
+
+
+_PACKAGED_FOLDERS = ("bin", "include", "lib", "lib64")  # where a wheel keeps the NVIDIA files it carries
+
+
+@functools.cache
+def _packaged_index() -> dict[str, list[Path]]:
+    """{file name: paths} of the files every installed Python distribution keeps in a bin/, include/ or lib*/
+    folder, by distribution name: read once (about a second), only when a tool is found nowhere else."""
+    index: dict[str, list[Path]] = {}
+    dists = sorted(importlib.metadata.distributions(), key=lambda d: (d.metadata["Name"] or "").lower())
+    for dist in dists:
+        for f in dist.files or ():
+            parts = f.parts
+            if len(parts) > 1 and (parts[-2] in _PACKAGED_FOLDERS or "lib" in parts[:-1]):
+                index.setdefault(parts[-1], []).append(Path(dist.locate_file(f)))
+    return index
+
+
+def packaged_files(relative: str) -> list[Path]:
+    """Files that installed Python distributions (not NVIDIA's tool packages only: a JIT compiler's wheel carries
+    its own cuobjdump, nvdisasm, CUPTI and CUDA headers) hold at a path ending in `relative`, e.g.
+    'bin/cuobjdump' or 'include/cupti.h'; those present on disk, in distribution-name order."""
+    tail = Path(relative).parts
+    return [p for p in _packaged_index().get(tail[-1], []) if p.parts[-len(tail):] == tail and p.is_file()]
 
 
 @functools.cache
@@ -33,7 +59,7 @@ def find_tool(name: str) -> Path | None:
     for d in _toolkit_dirs() + _python_package_dirs():
         if (d / name).is_file() and os.access(d / name, os.X_OK):
             return d / name
-    return None
+    return next((p for p in packaged_files(f"bin/{name}") if os.access(p, os.X_OK)), None)
 
 
 def require_tool(name: str) -> Path:

@@ -20,12 +20,16 @@ class CuteDslBackend(PythonModuleBackend):
     rank = 30
     color = "#3f9b5a"
     distributions = ("torch", "nvidia-cutlass-dsl")
+    fingerprint_packages = (("nvidia-cutlass-dsl", "cutlass-dsl"),)
     static_build = "backends.cutedsl.backend"
     static_build_what = "import and entry point with cute.compile redirected"
     kernels_on_disk = False  # CuTe DSL keeps its JIT output in memory: a runtime kernel's name alone decides
     # Every kernel CuTe DSL compiles is named "kernel_" + "cutlass_" + the @cute.kernel function's name + its
     # static arguments (layouts, shapes: each drawn shape may give a new name) + a counter.
     jit_kernel_prefix = "kernel_cutlass_"
+
+    def child_env(self, home: Path) -> dict[str, str]:
+        return {"CUTE_DSL_CACHE_DIR": str(home / ".cute")}  # its JIT's cache (the child's own, never read back)
 
 
 def kernel_functions(source: str) -> set[tuple[str, str | None]]:

@@ -8,6 +8,8 @@ cubins into the candidate's private Triton cache, where the judge finds them, ex
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xlang.backend import TORCH_COMPUTE_FORBIDDEN, PythonModuleBackend
 
 
@@ -18,11 +20,15 @@ class GluonBackend(PythonModuleBackend):
     color = "#8e44ad"
     distributions = ("torch", "triton")
     static_build = "backends.gluon.static_build"
-    jit_cache = ".triton"  # its JIT's cubins at run time (TRITON_CACHE_DIR in the jail)
+    fingerprint_packages = (("triton", "triton"),)
+    jit_cache = ".triton"  # its JIT's cubins at run time (TRITON_CACHE_DIR in the jail, child_env)
     static_build_what = "import and entry point with the recording driver"
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),
     )
+
+    def child_env(self, home: Path) -> dict[str, str]:
+        return {"TRITON_CACHE_DIR": str(home / self.jit_cache)}
 
 
 BACKEND = GluonBackend()

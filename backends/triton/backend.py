@@ -7,6 +7,8 @@ sm_100a (Triton picks the 'a' variant for 9.0 and 10.0) and its cubin and PTX ar
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xlang.backend import TORCH_COMPUTE_FORBIDDEN, PythonModuleBackend
 
 
@@ -17,11 +19,15 @@ class TritonBackend(PythonModuleBackend):
     color = "#3b6fb6"
     distributions = ("torch", "triton")
     static_build = "backends.triton.static_build"
-    jit_cache = ".triton"  # its JIT's cubins at run time (TRITON_CACHE_DIR in the jail)
+    fingerprint_packages = (("triton", "triton"),)
+    jit_cache = ".triton"  # its JIT's cubins at run time (TRITON_CACHE_DIR in the jail, child_env)
     static_build_what = "import and entry point with the recording driver"
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),
     )
+
+    def child_env(self, home: Path) -> dict[str, str]:
+        return {"TRITON_CACHE_DIR": str(home / self.jit_cache)}
 
 
 BACKEND = TritonBackend()

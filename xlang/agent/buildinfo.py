@@ -13,8 +13,13 @@ location found in the verdict's memcheck report that names the candidate's file 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import re
+import shutil
 import subprocess
+
+from xlang import toolchain
+from xlang.backend import toolchain_packages
 
 # ptxas -v's report, one block per entry function. Each line is matched whole and a block only counts when its lines
 # come in ptxas's own order: a candidate can have the compiler echo a source line into the log (a diagnostic quotes
@@ -84,9 +89,7 @@ def kernel_resources(build: dict | None) -> list[dict]:
     from_log = [r for r in parse_ptxas_v(build.get("ptxas_v") or build.get("log")) if not names or r["kernel"] in names]
     if from_log:
         return from_log
-    from xlang.toolchain import find_tool
-
-    tool = find_tool("cuobjdump")
+    tool = toolchain.find_tool("cuobjdump")
     if tool is None:
         return []
     out, seen = [], set()
@@ -168,9 +171,7 @@ def memcheck_source_lines(memcheck: dict | None, code: str | None, limit: int = 
 
 
 def _tool_release(name: str) -> str | None:
-    from xlang.toolchain import find_tool
-
-    tool = find_tool(name)
+    tool = toolchain.find_tool(name)
     if tool is None:
         return None
     try:
@@ -182,8 +183,6 @@ def _tool_release(name: str) -> str | None:
 
 
 def _driver() -> str:
-    import shutil
-
     smi = shutil.which("nvidia-smi")
     if not smi:
         return "none (no nvidia-smi)"
@@ -199,8 +198,6 @@ def _driver() -> str:
 def package_version(dist: str) -> str | None:
     """The installed version of a Python distribution, None when absent: the one place every toolchain record and
     every cell identity (xlang.identity) reads package versions from."""
-    import importlib.metadata
-
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -220,10 +217,11 @@ def driver_version() -> str:
 
 @functools.cache
 def toolchain_versions() -> dict:
-    """The toolchain a verdict was made with: nvcc, ptxas, cuobjdump, triton, cutlass-dsl, torch and the NVIDIA
-    driver. Absent tools and packages are named as absent (None), not left out."""
+    """The toolchain a verdict was made with: nvcc, ptxas, cuobjdump, every language's packages (under their short
+    names, Backend.fingerprint_packages), torch and the NVIDIA driver. Absent tools and packages are named as
+    absent (None), not left out."""
     out: dict = {"nvcc": tool_release("nvcc"), "ptxas": tool_release("ptxas"), "cuobjdump": tool_release("cuobjdump")}
-    for key, dist in (("triton", "triton"), ("cutlass-dsl", "nvidia-cutlass-dsl"), ("torch", "torch")):
+    for dist, key in (*toolchain_packages().items(), ("torch", "torch")):
         out[key] = package_version(dist)
     out["driver"] = driver_version()
     return out

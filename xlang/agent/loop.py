@@ -23,11 +23,16 @@ from typing import Callable
 from xlang import verdict as V
 from xlang.agent import feedback as F
 from xlang.agent import prompt as P
+from xlang.agent.buildinfo import package_version, toolchain_versions
+from xlang.archs import get_arch
+from xlang.backend import backends, get_backend
 from xlang.agent.runtime import Runtime, judge, make_runtime
 from xlang.agent.sources import Source, make_source
 from xlang.errors import XlangError
 from xlang.identity import toolchain_identity
+from xlang.fixit.notes import NoteIndex, check_level, notes_feedback  # bm25s itself only when notes are used
 from xlang.store import DEFAULT_PATH, Store
+from xlang.task import get_task
 
 
 @dataclass
@@ -116,15 +121,9 @@ class Budget:
 
 
 def _versions(source: Source) -> dict:
-    from xlang.agent.buildinfo import toolchain_versions
-
     out = {"python": platform.python_version(), **{k: v for k, v in toolchain_versions().items()
                                                     if k in ("nvcc", "ptxas", "driver")}}
-    from xlang.backend import backends
-
     languages = [d for b in backends().values() for d in b.distributions]  # each language's toolchain packages
-    from xlang.agent.buildinfo import package_version
-
     for dist in dict.fromkeys(["xlang", *languages, "litellm"]):
         if dist == "litellm" and source.kind != "llm":
             continue
@@ -137,10 +136,6 @@ def _versions(source: Source) -> dict:
 class Run:
     def __init__(self, cfg: RunConfig, on_turn: Callable[[TurnEvent], None] | None = None,
                  on_stage: Callable[[int, int, int, str], None] | None = None):
-        from xlang.archs import get_arch
-        from xlang.backend import get_backend
-        from xlang.task import get_task
-
         if cfg.turns < 1 or cfg.samples < 1 or cfg.concurrency < 1:
             raise XlangError("--turns, --samples and --concurrency must be at least 1")
         if cfg.docs not in P.DOCS_LEVELS:
@@ -152,8 +147,6 @@ class Run:
         self.variants = P.parse_prompt_variants(cfg.prompt_variants)
         self.notes = None
         if cfg.notes != "none" or cfg.notes_store:
-            from xlang.fixit.notes import NoteIndex, check_level
-
             check_level(cfg.notes, cfg.notes_store)
             if cfg.notes_k < 1:
                 raise XlangError("--notes-k must be at least 1")
@@ -289,8 +282,6 @@ class Run:
                                  extract_note=no_code_note, best=best, code=code)
             shown = self._notes_for(v) if v.category not in (V.OK, V.STATIC_OK) else []
             if shown:
-                from xlang.fixit.notes import notes_feedback
-
                 fb += "\n\n" + notes_feedback(shown, cfg.notes, self.backend.fences[0] if self.backend.fences else "")
             if reached is None and self._reached(v.to_dict()):
                 reached = turn_idx

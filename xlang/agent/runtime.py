@@ -14,22 +14,18 @@ Others hook in with register_runtime(name, factory) (factory(spec, arch) -> Runt
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import xlang.backend  # build_candidate is looked up when called: tests wrap it
 from xlang import verdict as V
+from xlang.agent.buildinfo import kernel_resources, toolchain_versions
+from xlang.backend import get_backend
 from xlang.errors import XlangError
-
-
-@dataclass
-class Runtime:
-    name: str
-    available: bool
-    note: str = ""  # why it does not run, e.g. "not run (no sm_100a device)"
-    evaluate: Callable | None = None  # (source, build, lang, task, arch, shape, options) -> Verdict
-    info: dict = field(default_factory=dict)
-    build: Callable | None = None  # (code, lang, task, arch, shape, workdir=...) -> BuildResult; None: build here
+from xlang.profiler.gpu import gpus_for
+from xlang.runtimes import Runtime
+from xlang.scaleout import ray_runtime  # Ray itself is imported only when a Ray runtime is made
 
 
 _FACTORIES: dict[str, Callable[[str, object], Runtime]] = {}
@@ -44,12 +40,10 @@ def _no_runtime(spec: str, arch) -> Runtime:
 
 
 def _local_runtime(spec: str, arch) -> Runtime:
-    from xlang.profiler.gpu import gpus_for
-
     gpus = gpus_for(arch)
     if not gpus:
         return Runtime("local", False, f"not run (no {arch.sm} device)")
-    try:
+    try:  # lazy: the profiler pulls the judge's modules in, needed only where a GPU of the arch is
         from xlang.profiler.evaluate import evaluate
     except ImportError as e:
         return Runtime("local", False, f"not run (the profiler xlang.profiler.evaluate is not available: {e})")
@@ -70,8 +64,6 @@ def make_runtime(spec: str, arch) -> Runtime:
     if spec in _FACTORIES:
         return _FACTORIES[spec](spec, arch)
     if spec == "ray" or spec.startswith("ray:"):
-        from xlang.scaleout import ray_runtime
-
         return ray_runtime(spec, arch)
     if "://" in spec or ":" in spec:
         raise XlangError(f"--profiler {spec}: the HTTP worker (xlang worker) is gone; put the GPU machines in a Ray "
@@ -110,9 +102,6 @@ def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime
     Each verdict records the toolchain it was made with (fingerprint.toolchain) and its build carries the
     registers and spills of each kernel (build.resources). on_stage(name) is told 'building', then 'evaluating'
     when the runtime judges it (progress displays)."""
-    from xlang.agent.buildinfo import kernel_resources, toolchain_versions
-    from xlang.backend import build_candidate, get_backend
-
     base = dict(lang=lang, task=task.name, arch=arch.name, shape=dict(shape), runtime_note=runtime.note)
     if code is None:
         return Judgement(_fields(V.Verdict(V.NO_CODE, detail=no_code_note or "no code block found", **base),
@@ -124,7 +113,7 @@ def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime
     stage = on_stage or (lambda name: None)
     stage("building")
     start = time.monotonic()
-    build = (runtime.build or build_candidate)(code, lang, task, arch, shape, workdir=workdir)
+    build = (runtime.build or xlang.backend.build_candidate)(code, lang, task, arch, shape, workdir=workdir)
     build_s = time.monotonic() - start
     bd = build.to_dict()
     base["fingerprint"] = {"toolchain": toolchain_versions()}

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from xlang.backend import toolchain_packages
 from xlang.errors import XlangError
 from xlang.task import format_shape
 
@@ -160,8 +161,9 @@ def print_verdict(v) -> None:
     if g:  # no GPU fields when runtime did not run
         when = " (after timing)" if g.get("clocks_sampled") else ""
         parts.append(f"{g.get('name', '')} driver {g.get('driver', '')} SM {g.get('sm_clock_mhz', '?')} MHz{when}")
-    versions = " ".join(f"{k} {fp[key]}" for k, key in (("torch", "torch"), ("CUDA", "cuda_runtime"),
-                                                         ("triton", "triton")) if fp.get(key))
+    languages = [(name, name.replace("-", "_")) for name in toolchain_packages().values()]  # the judge's keys
+    versions = " ".join(f"{k} {fp[key]}" for k, key in (("torch", "torch"), ("CUDA", "cuda_runtime"), *languages)
+                        if fp.get(key))
     parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]
     console.print("[dim]" + " · ".join(p for p in parts if p) + "[/dim]")
 

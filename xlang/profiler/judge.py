@@ -198,13 +198,15 @@ def gpu_clocks(nvml_index) -> dict:
 def fingerprint(torch) -> dict:
     from importlib import metadata
 
+    from xlang.backend import toolchain_packages
+
     fp = {"python": platform.python_version(), "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
     try:
         fp["cudnn"] = torch.backends.cudnn.version()
     except Exception:  # noqa: BLE001
         pass
-    for dist, key in (("triton", "triton"), ("nvidia-cutlass-dsl", "cutlass_dsl"), ("cuda-python", "cuda_python"),
-                      ("cuda-bindings", "cuda_bindings")):
+    languages = [(dist, name.replace("-", "_")) for dist, name in toolchain_packages().items()]
+    for dist, key in (*languages, ("cuda-python", "cuda_python"), ("cuda-bindings", "cuda_bindings")):
         try:
             fp[key] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -251,6 +253,7 @@ class Runner:
     def __init__(self, spec: dict, role: str, hello: dict | None, tool: list[str] | None = None, observer=None):
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
+        from xlang.backend import jit_env
         from xlang.sandbox import Jail, _Tail, child_env, copy_untrusted_tree
 
         self.role, self.observer, self.killed = role, observer, False
@@ -263,8 +266,8 @@ class Runner:
         if observer is not None:
             readable.append(observer.library.parent)
         seed_cache = spec.get("seed_cache")  # the build's JIT cache: this same candidate's, the judge's copy
-        if seed_cache and Path(seed_cache).is_dir() and role == "candidate":
-            copy_untrusted_tree(Path(seed_cache), home / (spec.get("jit_cache") or ".triton"))
+        if seed_cache and spec.get("jit_cache") and Path(seed_cache).is_dir() and role == "candidate":
+            copy_untrusted_tree(Path(seed_cache), home / spec["jit_cache"])
         self.home = home
         self.uid = stage_uids(spec)[0 if role == "candidate" or tool else -1]
         variant, self.ladder = ("all", None) if not tool else tool_jail_variant(spec, list(tool))
@@ -288,7 +291,7 @@ class Runner:
             self.tool_cmd = tool
         else:
             cmd = jail.command(runner_cmd)
-        env = child_env(jail=jail, extra={**dict(spec.get("env") or {}),
+        env = child_env(jail=jail, extra={**jit_env(home), **dict(spec.get("env") or {}),
                                           **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
         if observer is not None:
             obs_env, obs_fds = observer.child_args()
@@ -500,6 +503,7 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
 
 def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
     # 40 s: a tool that hangs at one variant must leave the stage (300 s) time for the next ones and its run
+    from xlang.backend import jit_env
     from xlang.sandbox import Jail, child_env, kill_uid, read_untrusted, read_untrusted_bytes, run_child
 
     home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=spec["stage_dir"]))
@@ -511,7 +515,7 @@ def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40
     log, report = home / "tool.log", home / "report"
     cmd = [a.replace("{LOG}", str(log)).replace("{REPORT}", str(report)) for a in tool]
     cmd += [sys.executable, "-m", "xlang.profiler.runner", "probe", spec["device"], spec.get("nvtx_last") or ""]
-    env = child_env(jail=jail, extra={**dict(spec.get("env") or {}),
+    env = child_env(jail=jail, extra={**jit_env(home), **dict(spec.get("env") or {}),
                                       **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
     try:
         run = run_child(jail.command(cmd), timeout_s, raw_env=env)

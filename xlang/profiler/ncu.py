@@ -9,13 +9,14 @@ per-opcode metric instances. The parsing here runs on any machine (tests use fix
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import math
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+
+from xlang.archs import TensorCoreOpcode, tensor_core_opcodes
+from xlang.archs import families as all_families  # `families` is a parameter name here
 
 NVTX_RANGE = "xlang_candidate"
 METRICS = ("sass__inst_executed_per_opcode", "sass__thread_inst_executed_true_per_opcode")
@@ -447,32 +448,27 @@ class MathRule:
     source: str = ""
 
 
-_GMMA_SRC = ("PTX ISA 8.x, wgmma.mma_async: shapes .m64nNk{K}, issued by a warpgroup of 128 threads, "
-             "2*64*N*K FLOPs per issue")
-_MMA_SRC = ("PTX ISA 8.x, 'Warp-level matrix multiply-accumulate' (mma.sync): SASS spells .m16n8k16 as 16816, "
-            ".m16n8k8 as 1688, .m8n8k4 as 884; one tile per warp of 32 threads, 2*m*n*k FLOPs")
+# How each tensor-core shape spelling is priced (archs.toml `shape` of a family's opcodes).
+_SHAPE_SOURCES = {
+    "gmma": "PTX ISA 8.x, wgmma.mma_async: shapes .m64nNk{K}, issued by a warpgroup of 128 threads, 2*64*N*K FLOPs per issue",
+    "mma": "PTX ISA 8.x, 'Warp-level matrix multiply-accumulate' (mma.sync): SASS spells .m16n8k16 as 16816, .m16n8k8 as "
+           "1688, .m8n8k4 as 884; one tile per warp of 32 threads, 2*m*n*k FLOPs",
+    # tcgen05.mma: M and N live in the instruction descriptor (a register, PTX ISA tcgen05 'Instruction descriptor'),
+    # the operands in shared/tensor memory descriptors; the SASS opcode does not carry the shape.
+    "descriptor": "PTX ISA tcgen05.mma: shape in the runtime instruction descriptor, not in the opcode",
+}
 _ALU_SRC = "PTX ISA fma / mul / add: one result per thread and lane; an FMA is 2 FLOPs"
+
+
+def _tensor_core_rule(op: TensorCoreOpcode) -> MathRule:
+    note = f" ({op.note})" if op.shape != "descriptor" else ""
+    return MathRule(op.name, rf"^{op.pattern}\b", "tensor_core", op.shape, source=_SHAPE_SOURCES[op.shape] + note)
+
 
 # Data, in one place. The first rule whose pattern matches the opcode prices it; opcodes no rule matches
 # are not math (integer address arithmetic (IMAD, IADD3), MUFU transcendentals, FMNMX, conversions).
-MATH_RULES: tuple[MathRule, ...] = (
-    # Hopper wgmma (sm_90a). K in the opcode: 16 for f16/bf16, 8 for tf32 (HGMMA), 32 for s8/u8 (IGMMA),
-    # 32 for e4m3/e5m2 (QGMMA), 256 for b1 (BGMMA, and/xor-popc ops counted as 2*M*N*K). Sparse forms
-    # spell the logical (dense-equivalent) K and are counted at it.
-    MathRule("HGMMA", r"^HGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=16 f16/bf16, K=8 tf32)"),
-    MathRule("IGMMA", r"^IGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=32 s8/u8)"),
-    MathRule("QGMMA", r"^QGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=32 e4m3/e5m2)"),
-    MathRule("BGMMA", r"^BGMMA\b", "tensor_core", "gmma", source=_GMMA_SRC + " (K=256 b1)"),
-    # Warp-level mma.sync (sm_80+ path, still valid on Hopper and Blackwell).
-    MathRule("HMMA", r"^HMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (f16/bf16/tf32/fp8)"),
-    MathRule("IMMA", r"^IMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (s8/u8/s4/u4)"),
-    MathRule("DMMA", r"^DMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (f64)"),
-    MathRule("BMMA", r"^BMMA\b", "tensor_core", "mma", source=_MMA_SRC + " (b1)"),
-    # Blackwell tcgen05.mma (UTCHMMA, UTCQMMA, UTCIMMA, UTCOMMA, ...): M and N live in the instruction
-    # descriptor (a register, PTX ISA tcgen05 'Instruction descriptor'), the operands in shared/tensor
-    # memory descriptors; the SASS opcode does not carry the shape, so the FLOPs cannot be read from it.
-    MathRule("UTCMMA", r"^UTC[A-Z]*MMA\b", "tensor_core", "descriptor",
-             source="PTX ISA tcgen05.mma: shape in the runtime instruction descriptor, not in the opcode"),
+# The tensor-core opcodes come from archs.toml (wgmma, mma.sync, tcgen05.mma families), the rest are CUDA-core.
+MATH_RULES: tuple[MathRule, ...] = tuple(_tensor_core_rule(op) for op in tensor_core_opcodes()) + (
     # CUDA-core floating point, per predicated-on thread. Packed forms do 2 lanes.
     MathRule("FFMA", r"^FFMA\b", "other", "scalar", 2, (1, 2), _ALU_SRC + " (fma.f32)"),
     MathRule("FFMA2", r"^FFMA2\b", "other", "scalar", 4, (1, 2), _ALU_SRC + " (fma.f32x2, sm_100+: 2 lanes)"),
@@ -578,20 +574,12 @@ def kernel_math(profile: KernelProfile) -> dict:
     return out
 
 
-@functools.cache
-def _family_math_from_toml() -> dict[str, str]:
-    import tomllib
-
-    data = tomllib.loads((Path(__file__).resolve().parent.parent / "archs.toml").read_text())
-    return {name: f.get("math", "") for name, f in data.get("families", {}).items()}
-
-
 def family_math(name: str, families=None) -> str:
     """archs.toml's `math` field of a family: 'tensor_core' (its instructions are tensor-core math),
     'cuda_core', or '' (not math)."""
     fam = (families or {}).get(name) if families is not None else None
     value = getattr(fam, "math", None)
-    return value if isinstance(value, str) else _family_math_from_toml().get(name, "")
+    return value if isinstance(value, str) else getattr(all_families().get(name), "math", "")
 
 
 def tensor_core_families(required, families=None) -> list[str]:
@@ -814,8 +802,6 @@ def summarize(profiles: list[KernelProfile], candidate_names, family_names, requ
     is a vendor library's or torch's compute kernel is reported as forbidden.
     """
     if families is None:
-        from xlang.archs import families as all_families
-
         families = all_families()
     kernels, totals = [], {f: 0.0 for f in family_names}
     forbidden, seen_candidates = [], set()

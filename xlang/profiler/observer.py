@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from xlang import toolchain
 from xlang.errors import XlangError
 
 SOURCE = Path(__file__).with_name("observer") / "xlang_observer.c"
@@ -328,8 +329,6 @@ def _cuda_roots() -> list[Path]:
         if os.environ.get(var):
             roots.append(Path(os.environ[var]))
     try:
-        from xlang import toolchain
-
         inc = toolchain.cuda_include_dir()
         if inc is not None:
             roots.append(inc.parent)
@@ -341,19 +340,6 @@ def _cuda_roots() -> list[Path]:
         if r not in out:
             out.append(r)
     return out
-
-
-def _triton_dirs() -> tuple[Path, Path] | None:
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("triton")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    base = Path(list(spec.submodule_search_locations)[0]) / "backends" / "nvidia"
-    return base / "include", base / "lib" / "cupti"
 
 
 def _find_lib(dirs: list[Path]) -> Path | None:
@@ -376,12 +362,14 @@ def find_cupti() -> tuple[Path, Path]:
         looked.append(str(root))
         if inc and cuda_h and lib:  # cuda.h may sit beside it (build_library adds <root>/include then)
             return inc, lib
-    tri = _triton_dirs()
-    if tri is not None:
-        looked.append(str(tri[0].parent))
-        lib = _find_lib([tri[1]])
-        if (tri[0] / "cupti.h").is_file() and (tri[0] / "cuda.h").is_file() and lib:
-            return tri[0], lib
+    # A Python package that carries CUPTI (a JIT compiler's wheel: <base>/include with cupti.h and cuda.h,
+    # <base>/lib/cupti/libcupti.so).
+    for header in toolchain.packaged_files("include/cupti.h"):
+        inc, base = header.parent, header.parent.parent
+        looked.append(str(base))
+        lib = _find_lib([base / "lib" / "cupti"])
+        if (inc / "cuda.h").is_file() and lib:
+            return inc, lib
     raise ObserverError("CUPTI headers and library not found (need cupti.h, cuda.h and libcupti.so); looked under "
                         + ", ".join(looked) + "; set CUDA_HOME to a CUDA 13 toolkit")
 

@@ -29,15 +29,23 @@ import re
 import numpy as np
 import pandas as pd
 
+from xlang.archs import tensor_core_opcodes
 from xlang.report.data import DONE, MISSING, Dataset
 from xlang.verdict import CATEGORIES
 
 TURN_LIMITS = (1, 4, 8)
 KEY = ["task", "arch", "lang", "model"]
 
-MIX_CLASSES = [
-    ("tensor core: wgmma / tcgen05", r"^(HGMMA|IGMMA|QGMMA|BGMMA|UTC[A-Z]*MMA)$"),
-    ("tensor core: mma.sync", r"^(HMMA|IMMA|DMMA|QMMA|OMMA)$"),
+
+def _tensor_core_classes() -> list[tuple[str, str]]:
+    """The tensor-core classes of the mix, from archs.toml's tensor-core opcodes (`mix`), in file order."""
+    patterns: dict[str, list[str]] = {}
+    for op in tensor_core_opcodes():
+        patterns.setdefault(op.mix, []).append(op.pattern)
+    return [(name, rf"^({'|'.join(ps)})$") for name, ps in patterns.items()]
+
+
+MIX_CLASSES = _tensor_core_classes() + [
     ("TMA and bulk copies", r"^(UTMA[A-Z]*|UBLKCP|UBLKRED|UBLKPF)$"),
     ("tensor memory", r"^(LDTM|STTM|UTCATOMSWS|UTCCP|UTCBAR|UTCSHIFT)$"),
     ("shared memory", r"^(LDS|STS|LDSM|STSM|LDGSTS|ATOMS)$"),
