@@ -194,3 +194,28 @@ SCHEMAS = Path(__file__).resolve().parent / "schemas"
 def schema(name: str) -> dict:
     """A published JSON Schema: fixit, kernelgen, note, pair, unfixed, datacard (xlang/fixit/schemas/NAME.schema.json)."""
     return json.loads((SCHEMAS / f"{name}.schema.json").read_text(encoding="utf-8"))
+
+
+# What export, formats and recipe share (kept here so that none of them imports another).
+FORMAT_VERSION = 1
+
+
+def fixit_user(pair: dict) -> str:
+    f = fence(pair["lang"])
+    return (f"{pair['task_prompt']}\n\n## A candidate that failed\n\n```{f}\n{(pair['failed_code'] or '').rstrip()}\n"
+            f"```\n\n## What the judge said ({pair['category']})\n\n{pair['feedback'] or pair['error']}\n\n"
+            f"Explain what is wrong, then reply with the complete fixed source in one ```{f} block.")
+
+
+def fixit_assistant(pair: dict) -> str:
+    f = fence(pair["lang"])
+    head = (pair.get("explanation") or "").strip()
+    code = f"```{f}\n{pair['fixed_code'].rstrip()}\n```"
+    return f"{head}\n\n{code}" if head else code
+
+
+PAIR_META = ("store", "run_id", "sample_idx", "failed_turn", "fixed_turn", "origin", "task", "lang", "arch", "shape",
+             "model", "fix_model", "failed_model", "docs_level", "category", "fixed_category", "fixed_speedup",
+             "accept", "explained_by", "harness_version", "fix_harness_version", "xlang_version")
+KERNEL_META = ("store", "run_id", "sample_idx", "turn", "task", "lang", "arch", "shape", "model", "kernel_model",
+               "docs_level", "category", "speedup", "harness_version", "xlang_version")

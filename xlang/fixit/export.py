@@ -24,34 +24,13 @@ from collections import Counter
 from pathlib import Path
 
 from xlang.fixit import common as C
+from xlang.fixit.common import FORMAT_VERSION, KERNEL_META, PAIR_META, fixit_assistant, fixit_user
 from xlang.fixit.collect import KERNELS, MANIFEST, PAIRS
-
-FORMAT_VERSION = 1
-
-
-def fixit_user(pair: dict) -> str:
-    f = C.fence(pair["lang"])
-    return (f"{pair['task_prompt']}\n\n## A candidate that failed\n\n```{f}\n{(pair['failed_code'] or '').rstrip()}\n"
-            f"```\n\n## What the judge said ({pair['category']})\n\n{pair['feedback'] or pair['error']}\n\n"
-            f"Explain what is wrong, then reply with the complete fixed source in one ```{f} block.")
-
-
-def fixit_assistant(pair: dict) -> str:
-    f = C.fence(pair["lang"])
-    head = (pair.get("explanation") or "").strip()
-    code = f"```{f}\n{pair['fixed_code'].rstrip()}\n```"
-    return f"{head}\n\n{code}" if head else code
-
 
 def _meta(row: dict, keys) -> dict:
     return {k: row.get(k) for k in keys}
 
 
-PAIR_META = ("store", "run_id", "sample_idx", "failed_turn", "fixed_turn", "origin", "task", "lang", "arch", "shape",
-             "model", "fix_model", "failed_model", "docs_level", "category", "fixed_category", "fixed_speedup",
-             "accept", "explained_by", "harness_version", "fix_harness_version", "xlang_version")
-KERNEL_META = ("store", "run_id", "sample_idx", "turn", "task", "lang", "arch", "shape", "model", "kernel_model",
-               "docs_level", "category", "speedup", "harness_version", "xlang_version")
 
 
 def fixit_record(pair: dict) -> dict:
@@ -100,7 +79,7 @@ def _counts(rows, key) -> dict:
 def export(folder: Path, out: Path, *, require_explanation: bool = True, formats=("chat",),
            reasoning_model: str | None = None, max_tokens: int | None = None,
            tokenizer: str = "litellm:gpt-4o") -> dict:
-    from xlang.fixit import formats as F
+    from xlang.fixit import formats as F  # export -> formats/recipe only: they read the shared parts from common
     from xlang.fixit.recipe import _records, write_dataset
 
     formats = F.check_formats(formats)

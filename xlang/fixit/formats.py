@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from xlang.errors import XlangError
 from xlang.fixit import common as C
+from xlang.fixit.common import fixit_user
 
 FORMATS = ("ptxbench", "chat", "sharegpt")
 DEFAULT_TOKENIZER = "litellm:gpt-4o"
@@ -53,7 +54,6 @@ def fix_messages(pair: dict, reasoning_model: str | None, layout: str) -> list[d
     """A pair's messages in a layout (ptxbench and sharegpt: the five messages; chat: three); None when the layout
     needs a trace the pair lacks (ptxbench / sharegpt) or an answer it cannot give (chat: no trace and no
     explanation is still a record: the fixed code alone)."""
-    from xlang.fixit.export import fixit_user
 
     trace = trace_of(pair, reasoning_model)
     if layout == "chat":

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from xlang.errors import XlangError
 from xlang.fixit import common as C
+from xlang.fixit.common import FORMAT_VERSION, KERNEL_META, PAIR_META
 from xlang.fixit import formats as F
 from xlang.fixit.collect import KERNELS, MANIFEST, PAIRS
 
@@ -218,7 +219,6 @@ def _records(rows: list[dict], ds: dict, counter: F.TokenCounter, max_tokens: in
 
 
 def _meta(row: dict, ds: dict, tokens: int, tokenizer: str) -> dict:
-    from xlang.fixit.export import KERNEL_META, PAIR_META
 
     keys = PAIR_META if ds["mode"] == "fix" else KERNEL_META
     trace = (row.get("reasoning") or {}).get(ds["reasoning"]) if ds["reasoning"] else None
@@ -229,7 +229,6 @@ def _meta(row: dict, ds: dict, tokens: int, tokenizer: str) -> dict:
 
 def write_dataset(folder: Path, ds: dict, rows: list[dict], messages: dict, tokens: dict, tokenizer: str) -> dict:
     """The dataset's files in its formats under folder; {format: file name}."""
-    from xlang.fixit.export import FORMAT_VERSION
 
     folder.mkdir(parents=True, exist_ok=True)
     kind = "fixit" if ds["mode"] == "fix" else "kernelgen"
