@@ -23,7 +23,7 @@ from typing import Callable
 from xlang import verdict as V
 from xlang.agent import feedback as F
 from xlang.agent import prompt as P
-from xlang.agent.runtime import Runtime, judge, make_runtime
+from xlang.agent.runtime import Runtime, assess, make_runtime
 from xlang.agent.sources import Source, make_source
 from xlang.errors import XlangError
 from xlang.identity import toolchain_identity
@@ -278,7 +278,7 @@ class Run:
                 ex = P.extract_code(reply.text, self.backend)
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
-            j = judge(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
+            j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
                       {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms},
                       on_stage=lambda what: self._stage(k, turn_idx, turns, what))
             v = j.verdict

@@ -3,7 +3,7 @@
   collect  failure -> fix pairs from one or more stores (a failed turn and a later turn of the same sample that fixed
            it), near-duplicates dropped, rebalanced by (category, task, lang, arch) with a cap per bucket
   repair   a teacher model (any litellm model) repairs failures that have no fix; every repair is judged by the
-           loop's own judge (xlang.agent.runtime.judge) before it counts
+           loop's own judge (xlang.agent.runtime.assess) before it counts
   explain  a model writes a short note per pair (what was wrong, what changed, why)
   export   JSONL (and Parquet) for supervised fine-tuning: Fixit and KernelGen, a data card, and notes.jsonl, the
            notes `xlang run --notes bm25|bm25+kernel --notes-store notes.jsonl` retrieves from (xlang.fixit.notes)

@@ -2,7 +2,7 @@
 
 Each unfixed failure (unfixed.jsonl) gets up to --attempts replies from the teacher (any litellm model), given the
 task prompt, the failed code and the feedback its turn got. Every repair is judged by the agent loop's own judge
-(xlang.agent.runtime.judge: build, static census, then the runtime from --profiler, the same profiler path as
+(xlang.agent.runtime.assess: build, static census, then the runtime from --profiler, the same profiler path as
 `xlang run`) before it counts: it becomes a pair only when its verdict fixes the failure per --accept (`ok`,
 `static_ok`, or `category`: it passed the stage that failed). Every attempt, accepted or not, is appended to
 repairs.jsonl with its verdict; failures already attempted there are skipped, so a repair run can be resumed.
@@ -30,7 +30,7 @@ def repair(folder: Path, model: str, *, profiler: str = "local", accept: str = "
            limit: int | None = None, on_attempt=None) -> dict:
     from xlang.agent import prompt as P
     from xlang.agent.llm import LLMClient, check_environment
-    from xlang.agent.runtime import judge, make_runtime
+    from xlang.agent.runtime import assess, make_runtime
     from xlang.archs import get_arch
     from xlang.backend import get_backend
     from xlang.task import get_task
@@ -71,7 +71,7 @@ def repair(folder: Path, model: str, *, profiler: str = "local", accept: str = "
                 break
             ex = P.extract_code(reply.text, backend)
             workdir = folder / "repair-work" / f["id"] / f"a{attempt}"
-            j = judge(ex.code, f["lang"], task, arch, shape, runtime, workdir, ex.note, {"seed": attempt})
+            j = assess(ex.code, f["lang"], task, arch, shape, runtime, workdir, ex.note, {"seed": attempt})
             v = j.verdict
             ok = ex.code is not None and C.fixes(f["category"], v.category, accept)
             C.append_jsonl(folder / REPAIRS, {**row, "accepted": ok, "category": v.category, "detail": v.detail,
