@@ -42,17 +42,8 @@ from pathlib import Path
 from xlang.profiler.stages.calls import Outcome
 from xlang.profiler.stages.check import Provenance, _observer, correctness
 from xlang.profiler.stages.peers import time_peers
-from xlang.profiler.stages.process import (
-    CandidateError,
-    Runner,
-    RunnerGone,
-    _gpu_watch,
-    _process_names,
-    _wait_alone,
-    apply_watch,
-    foreign_gpu_work,
-    gpu_tenants,
-)
+from xlang.profiler.stages.process import (CandidateError, Runner, RunnerGone, _gpu_watch, _process_names, _wait_alone,
+                                           apply_watch, foreign_gpu_work, gpu_tenants)
 from xlang.profiler.stages.timing import _timing_record, gpu_clocks, time_calls, wait_at_gate
 from xlang.profiler.stages.tools import run_tool_stage
 

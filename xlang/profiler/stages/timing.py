@@ -11,15 +11,8 @@ import time
 from pathlib import Path
 
 from xlang.profiler.stages.calls import Call, _make_inputs
-from xlang.profiler.stages.check import (
-    _UTILITY_KERNEL,
-    _flush,
-    _own_names,
-    call_evidence,
-    host_evidence,
-    process_cpu_ms,
-    verify,
-)
+from xlang.profiler.stages.check import (_UTILITY_KERNEL, _flush, _own_names, call_evidence, host_evidence,
+                                         process_cpu_ms, verify)
 from xlang.profiler.stages.process import Runner, RunnerGone
 from xlang.sandbox import replace_file
 
