@@ -211,3 +211,31 @@ def test_the_scheduler_is_short():
     import inspect
 
     assert len(inspect.getsource(ev.evaluate).splitlines()) < 80
+
+
+def test_decide_weighs_the_failures_in_stage_order_and_says_when_the_census_alone_failed(tmp_path):
+    """evaluate.decide: a stopping failure decides with the kept ones; without a GPU, the static conclusion; after
+    the GPU stages, the first in STAGE_ORDER, the run-time one on a tie, and a missing family of a correct
+    candidate says so (PTXBench counts it apart)."""
+    job = P.Job.of(get_task("gemm"), "triton", get_arch("h200"), {"M": 64, "N": 64, "K": 64})
+    missing = (V.MISSING_INSTRUCTIONS, "static SASS census (sm_90a): required family tma not in any compiled kernel")
+    narrow_static, narrow_run = (V.INCORRECT, "static: fp16"), (V.INCORRECT, "executed: fp16")
+    ctx = _ctx(tmp_path)
+    ctx.verdict.correct = True
+    ctx.verdict.correctness = {"trials": 2, "shapes": [{"M": 64}], "kinds": ["normal"]}
+
+    def decide(failures, stopped=False, ran_gpu=True):
+        return ev.decide(P.Result(failures, stopped, ran_gpu), job, ctx)
+
+    assert decide([(V.TIMEOUT, "t"), narrow_static], stopped=True) == (V.TIMEOUT, "t")
+    ctx.verdict.runtime_note = "not run (runtime disabled)"
+    assert decide([missing], ran_gpu=False) == (missing[0], missing[1] + "; not run (runtime disabled)")
+    assert decide([narrow_run, narrow_static]) == narrow_run  # a tie: the run-time finding first
+    category, detail = decide([(V.NOT_EXECUTED, "wgmma executed by 0 threads"), missing])
+    assert category == V.MISSING_INSTRUCTIONS and detail.endswith(
+        " (the candidate is correct; also: wgmma executed by 0 threads)")
+    category, detail = decide([missing])
+    assert category == V.MISSING_INSTRUCTIONS and detail.startswith(missing[1] + " (the candidate is correct: "
+                                                                                 "correct in 2 trials on 1 shapes")
+    assert decide([(V.MEMORY_ERROR, "3 errors"), missing]) == (V.MEMORY_ERROR, "3 errors")
+    assert decide([])[0] == V.OK
