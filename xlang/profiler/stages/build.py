@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import xlang.backend  # build_candidate is looked up when called: tests wrap it
 from xlang import verdict as V
 from xlang.profiler.stages.base import Failure, StageBase
 
@@ -14,16 +15,14 @@ class Build(StageBase):
     runs = "the language's compiler for the target (Python languages: jailed)"
 
     def run(self, job, ctx) -> Failure | None:
-        from xlang.backend import build_candidate  # xlang.backend imports the profiler's options: not at import time
-
         if ctx.build is None:
             t0 = time.monotonic()
             where = ctx.build_dir or ctx.workdir / "build"
             if ctx.build_fn is not None:  # the agent loop's runtime (Ray: a CPU task) builds with the task's families
                 ctx.build = ctx.build_fn(ctx.source, job.lang, ctx.task, ctx.arch, job.shape_dict, workdir=where)
             else:
-                ctx.build = build_candidate(ctx.source, job.lang, ctx.task, ctx.arch, job.shape_dict, job.required,
-                                            workdir=where)
+                ctx.build = xlang.backend.build_candidate(ctx.source, job.lang, ctx.task, ctx.arch, job.shape_dict,
+                                                          job.required, workdir=where)
             ctx.stage_seconds["build"] = round(time.monotonic() - t0, 2)
         ctx.verdict.build = ctx.build.to_dict()
         ctx.verdict.compiled = bool(ctx.build.ok)
