@@ -38,8 +38,9 @@ def do_bench_cublas(shape: dict, seed: int = 1) -> float:
     return ms
 
 
-# The judge's progress lines (xlang/profiler/judge.py) that open each phase of a stage, in order ("startup":
-# the judge's torch and CUDA start and the wait until the candidate's process has loaded it).
+# The judge's progress lines (xlang/profiler/judge.py and its stages, xlang/profiler/stages/) that open each phase
+# of a stage, in order ("startup": the judge's torch and CUDA start and the wait until the candidate's process has
+# loaded it).
 PHASES = (("spawn", "start the candidate's process"), ("startup", "import torch"), ("trials", "trial 0"),
           ("gate_wait", "timing: waiting"), ("candidate_timing", "timing candidate: first calls"),
           ("vendor_timing", "timing vendor: first calls"), ("end", "done"))

@@ -5,7 +5,7 @@ Q K^T, P rounded to bf16 for P@V) passes every forward kind with margin; one tha
 ...F16) fails the large_v kind, one that accumulates Q K^T in fp16 fails the large kind, one without the max
 subtraction fails the large kind. For the backward, an fp16 accumulator of dP = dO V^T fails the scaled kind. The
 LSE is checked absolutely: an LSE ~10% off in its normaliser (0.095) fails at S = 8191, where the old relative
-tolerance let it pass. The rule is the judge's own (xlang.profiler.judge.verify).
+tolerance let it pass. The rule is the judge's own (xlang.profiler.stages.check.verify).
 """
 
 import importlib.util
@@ -121,7 +121,7 @@ def test_scaled_backward_kind_is_the_normal_kind_times_powers_of_two():
 
 
 class _Call:
-    """What judge.verify reads of a finished call: its shape, inputs and outputs (no buffers: CPU)."""
+    """What check.verify reads of a finished call: its shape, inputs and outputs (no buffers: CPU)."""
 
     def __init__(self, shape, inputs, outputs):
         self.shape, self._inputs, self._outputs = shape, inputs, outputs
@@ -140,7 +140,7 @@ def test_an_lse_off_by_a_tenth_of_its_normaliser_fails_at_long_sequences():
     """S = 8191, N(0, 1): LSE ~ 9.5. An LSE from an estimate ~10% off in its normaliser is 0.095 off: the old
     relative 1e-2 allowed that (0.095 < 1e-2 + 1e-2 * 9.5); the LSE tolerance does not. The honest emulation's LSE on
     sampled rows of the same inputs is inside it with a margin of over 100x."""
-    from xlang.profiler.judge import Outcome, verify
+    from xlang.profiler.stages.check import Outcome, verify
 
     task = get_task("attn_fwd")
     shape = {"B": 1, "H": 1, "HKV": 1, "S": 8191, "D": 64}

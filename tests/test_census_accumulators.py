@@ -101,7 +101,7 @@ def test_an_executed_fp16_accumulator_is_incorrect_under_nsight_compute():
     """The H200 profile of the Triton GEMM with its HGMMA rewritten to an fp16 accumulator (as a kernel its JIT
     compiled at run time, which the static census never saw, would show): incorrect, from the ncu stage."""
     from xlang.profiler import ncu
-    from xlang.profiler.evaluate import ncu_judgement
+    from xlang.profiler.stages.ncu import ncu_judgement
     from xlang.task import get_task
 
     (profile,) = ncu.parse_source_page(gzip.open(FIX / "profiler" / "triton-gemm_tma.ncu_source.csv.gz", "rt").read())

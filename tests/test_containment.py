@@ -19,7 +19,8 @@ import pytest
 from xlang import resources, sandbox
 from xlang.archs import get_arch
 from xlang.backend import build_candidate
-from xlang.profiler.evaluate import EvalOptions, evaluate, run_stage
+from xlang.profiler.evaluate import EvalOptions, evaluate
+from xlang.profiler.stages.launch import run_stage
 from xlang.task import get_task
 
 HERE = Path(__file__).parent / "kernels" / "isolation"
@@ -85,7 +86,7 @@ def test_a_report_naming_files_through_links_is_refused(tmp_path):
 def test_the_judges_writes_refuse_a_planted_name(tmp_path):
     """write_new never writes through a link nor over a file that was there; replace_file replaces a link
     instead of following it; a stage folder is made fresh, never reused."""
-    from xlang.profiler.evaluate import _fresh_folder
+    from xlang.profiler.stages.launch import _fresh_folder
 
     outside = tmp_path / "outside"
     outside.mkdir()

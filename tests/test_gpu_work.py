@@ -52,7 +52,7 @@ def _summary(lines, task_flops=TASK_FLOPS, arch=H200, name="gemm_kernel") -> dic
 
 
 def _judge(lines, task="gemm", shape=GEMM, name="gemm_kernel"):
-    from xlang.profiler.evaluate import ncu_judgement
+    from xlang.profiler.stages.ncu import ncu_judgement
 
     spec = {"build_kernels": [name], "ncu_trials": [[shape, "normal", 1]]}
     t = get_task(task)
@@ -187,7 +187,7 @@ def test_an_honest_fma_gemm_computed_on_the_gpu(label, tmp_path):
     assert s["non_tc_to_task"] == pytest.approx(1.0, rel=0.02)
     if label == "cuda_ptx-gemm_dead_wgmma":
         from xlang.backend import build_candidate
-        from xlang.profiler.evaluate import ncu_judgement
+        from xlang.profiler.stages.ncu import ncu_judgement
 
         # Provenance is by code: the profiled kernels must be this source's build, instruction for instruction.
         shape = {"M": 2048, "N": 2048, "K": 1024}
@@ -239,7 +239,7 @@ def test_copies_are_labelled_with_direction_and_bytes():
 
 
 def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu():
-    from xlang.profiler.judge import call_evidence, host_evidence
+    from xlang.profiler.stages.check import call_evidence, host_evidence
     from xlang.profiler.observer import CopyRecord, KernelRecord
 
     mb = 1 << 20
@@ -253,7 +253,7 @@ def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu(
     honest = call_evidence([], 10.2, 10.0, 64 * mb, True)
     ev = host_evidence([host, honest])
     assert ev["input_sized_dtoh_calls"] == 1 and ev["dtoh_bytes"] == 64 * mb and ev["cpu_far_above_gpu_calls"] == 1
-    from xlang.profiler.judge import HOST_CPU_MIN_MS
+    from xlang.profiler.stages.check import HOST_CPU_MIN_MS
 
     tick = call_evidence(records, 110.0, 100.0, 64 * mb, True)  # one clock tick of a 20 us call: rounding, not work
     assert HOST_CPU_MIN_MS >= 50.0 and host_evidence([tick])["cpu_far_above_gpu_calls"] == 0
@@ -336,7 +336,7 @@ def test_eval_output_and_the_ok_detail_say_where_the_math_was_done():
 def test_host_cpu_time_of_a_jail_uid_is_read_from_proc():
     import time
 
-    from xlang.profiler.judge import process_cpu_ms
+    from xlang.profiler.stages.check import process_cpu_ms
     from xlang.sandbox import CANDIDATE_UID_BASE, kill_uid
 
     uid = CANDIDATE_UID_BASE + 999  # a slot no stage uses (4 per GPU)

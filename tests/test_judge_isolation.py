@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xlang.profiler.evaluate import run_stage
+from xlang.profiler.stages.launch import run_stage
 from xlang.sandbox import level
 from xlang.task import get_task
 
@@ -139,7 +139,7 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
     never the tool, nor a program the tool itself runs below it."""
     import shutil as _shutil
 
-    from xlang.profiler.judge import _kill_all_but_the_tool
+    from xlang.profiler.stages.process import _kill_all_but_the_tool
     from xlang.sandbox import uid_for_slot, uid_processes
 
     if os.geteuid() != 0 or not _shutil.which("setpriv"):
@@ -208,7 +208,7 @@ def _kernel(name: str, module: str):
 
 
 def _provenance(tmp_path, lang="cuda_ptx", own=b"our cubin", built=("gemm_tc",)):
-    from xlang.profiler.judge import Provenance
+    from xlang.profiler.stages.check import Provenance
 
     cubin = tmp_path / "own.cubin"
     cubin.write_bytes(own)
@@ -221,52 +221,52 @@ def test_provenance_accepts_own_modules_and_torch_utilities(tmp_path):
 
     prov = _provenance(tmp_path)
     ours = hashlib.sha256(b"our cubin").hexdigest()
-    prov.judge([_kernel("gemm_tc", ours), _kernel("_ZN2at6native29vectorized_elementwise_kernelIfill", "ab" * 32),
+    prov.vet([_kernel("gemm_tc", ours), _kernel("_ZN2at6native29vectorized_elementwise_kernelIfill", "ab" * 32),
                 _kernel("gemm_tc", "-")])  # an unknown module under a name its own build compiled
 
 
 def test_provenance_rejects_vendor_and_foreign_kernels(tmp_path):
-    from xlang.profiler.judge import Outcome
+    from xlang.profiler.stages.process import Outcome
 
     prov = _provenance(tmp_path)
     for kernel in (_kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cd" * 32),  # cuBLAS by name
                    _kernel("gemm_tc", "ef" * 32),  # our name, but a module we did not build: renamed vendor code
                    _kernel("my_helper_kernel", "-")):  # unknown module and a name the build never compiled
         with pytest.raises(Outcome) as e:
-            prov.judge([kernel])
+            prov.vet([kernel])
         assert e.value.status == "forbidden_call", kernel
 
 
 def test_provenance_reads_a_cutedsl_name_after_the_jits_own_prefix(tmp_path):
     """CuTe DSL names every kernel kernel_cutlass_<function>_<static arguments>_<n>, so another drawn shape gives a
     name the build never compiled: the DSL's own 'cutlass' is not a vendor's, but the rest is still screened."""
-    from xlang.profiler.judge import Outcome, Provenance
+    from xlang.profiler.stages.check import Outcome, Provenance
 
     spec = {"lang": "cutedsl", "own_cubins": [], "kernels_on_disk": False, "jit_kernel_prefix": "kernel_cutlass_",
             "build_kernels": ["kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o128i64div1281281_2"]}
     prov = Provenance(spec, tmp_path / "home")
-    prov.judge([_kernel("kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o64i64div64641_2", "ab" * 32)])
+    prov.vet([_kernel("kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o64i64div64641_2", "ab" * 32)])
     for name in ("kernel_cutlass_kernel_quackgemm_sm90GemmSm90_object_at_0", "kernel_cutlass_FlashAttnFwd_1",
                  "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cutlass3x_sm90_tensorop_gemm_bf16"):
         with pytest.raises(Outcome) as e:
-            prov.judge([_kernel(name, "cd" * 32)])
+            prov.vet([_kernel(name, "cd" * 32)])
         assert e.value.status == "forbidden_call", name
     # the candidate's own kernel function may be called gemm_kernel: after its stem only the arguments are read
     stems = Provenance({**spec, "build_kernel_stems": ["kernel_cutlass_gemm_kernel_"]}, tmp_path / "home")
-    stems.judge([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
+    stems.vet([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
     with pytest.raises(Outcome):  # without that stem the name is screened after the prefix
-        prov.judge([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
+        prov.vet([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
     with pytest.raises(Outcome):  # a library's kernel under the stem still shows its class in the arguments
-        stems.judge([_kernel("kernel_cutlass_gemm_kernel_quackgemm_sm90GemmSm90_object_at__0", "ab" * 32)])
+        stems.vet([_kernel("kernel_cutlass_gemm_kernel_quackgemm_sm90GemmSm90_object_at__0", "ab" * 32)])
     # a library kernel the candidate's code JIT-compiled at build time is built, and still screened
     lib = "kernel_cutlass_kernel_quackgemm_sm90GemmSm90_object_at__0"
     built_lib = Provenance({**spec, "build_kernels": [lib]}, tmp_path / "home")
     with pytest.raises(Outcome):
-        built_lib.judge([_kernel(lib, "ab" * 32)])
+        built_lib.vet([_kernel(lib, "ab" * 32)])
     # a language that keeps its kernels on disk is never read after a prefix
     strict = Provenance({**spec, "kernels_on_disk": True}, tmp_path / "home")
     with pytest.raises(Outcome):
-        strict.judge([_kernel("kernel_cutlass__dq_kernel_x", "cd" * 32)])
+        strict.vet([_kernel("kernel_cutlass__dq_kernel_x", "cd" * 32)])
 
 
 def test_provenance_finds_a_triton_candidates_jit_output(tmp_path):
@@ -276,7 +276,7 @@ def test_provenance_finds_a_triton_candidates_jit_output(tmp_path):
     jit = tmp_path / "home" / ".triton" / "abc"
     jit.mkdir(parents=True)
     (jit / "gemm_kernel.cubin").write_bytes(b"triton wrote this")
-    prov.judge([_kernel("gemm_kernel", hashlib.sha256(b"triton wrote this").hexdigest())])
+    prov.vet([_kernel("gemm_kernel", hashlib.sha256(b"triton wrote this").hexdigest())])
     (jit / "sneaky.cubin").symlink_to("/etc/hostname")  # never followed
     prov.rescan()
     assert hashlib.sha256(Path("/etc/hostname").read_bytes()).hexdigest() not in prov.own
@@ -288,14 +288,14 @@ def test_a_kernel_of_another_toolchain_is_not_the_languages_own(tmp_path):
     PTX through cuda-python, ran another language's kernels, whatever they are named."""
     import hashlib
 
-    from xlang.profiler.judge import Outcome, Provenance
+    from xlang.profiler.stages.check import Outcome, Provenance
 
     jit = tmp_path / "home" / ".triton" / "abc"
     jit.mkdir(parents=True)
     (jit / "matmul_kernel.cubin").write_bytes(b"triton wrote this")
     triton_module = hashlib.sha256(b"triton wrote this").hexdigest()
     with pytest.raises(Outcome) as e:  # a cuda_ptx candidate: its own kernels come from its build only
-        _provenance(tmp_path, lang="cuda_ptx").judge([_kernel("matmul_kernel", triton_module)])
+        _provenance(tmp_path, lang="cuda_ptx").vet([_kernel("matmul_kernel", triton_module)])
     assert e.value.status == "forbidden_call"
     cutedsl = {"lang": "cutedsl", "own_cubins": [], "kernels_on_disk": False, "jit_kernel_prefix": "kernel_cutlass_",
                "jit_cache": None, "build_kernels": ["kernel_cutlass__gemm_kernel_t_0"],
@@ -303,15 +303,15 @@ def test_a_kernel_of_another_toolchain_is_not_the_languages_own(tmp_path):
     prov = Provenance(cutedsl, tmp_path / "home")
     for name, module in (("matmul_kernel", triton_module), ("fma_ptx_tile", "ab" * 32)):
         with pytest.raises(Outcome) as e:
-            prov.judge([_kernel(name, module)])
+            prov.vet([_kernel(name, module)])
         assert e.value.status == "forbidden_call" and "did not make" in e.value.detail
     # its own kernels at another shape, and torch's utilities (a zeroed scratch), are fine
-    prov.judge([_kernel("kernel_cutlass__gemm_kernel_u_1", "cd" * 32),
+    prov.vet([_kernel("kernel_cutlass__gemm_kernel_u_1", "cd" * 32),
                 _kernel("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEE", "ef" * 32)])
 
 
 def test_same_kernels_under_ncu_as_when_timed():
-    from xlang.profiler.evaluate import _same_kernels
+    from xlang.profiler.stages.ncu import _same_kernels
 
     assert _same_kernels({"profiled_names": ["b", "a"]}, ["a", "b"]) is None
     assert _same_kernels({"profiled_names": ["a"]}, None) is None  # nothing observed: no claim either way
@@ -424,7 +424,7 @@ def test_the_candidates_jail_hides_the_peers_libraries(monkeypatch, tmp_path):
 def test_gpu_tenants_from_before_the_candidate_are_the_environments():
     """A process that held the GPU before the candidate's runner started (same PID, same start time) cannot be
     the candidate's: the run is not judged (harness_error), and the candidate is not blamed."""
-    from xlang.profiler.judge import foreign_gpu_work
+    from xlang.profiler.stages.process import foreign_gpu_work
 
     me = 100
     before = {100: "5", 200: "7"}
@@ -434,20 +434,20 @@ def test_gpu_tenants_from_before_the_candidate_are_the_environments():
 
 def test_a_reused_pid_is_not_the_environments():
     """The same PID with another start time is a new process: it counts against the candidate."""
-    from xlang.profiler.judge import foreign_gpu_work
+    from xlang.profiler.stages.process import foreign_gpu_work
 
     assert foreign_gpu_work({200: "7"}, {200: "8", 300: "9"}, me=1) == ([], [200, 300])
 
 
 def test_without_a_snapshot_every_other_process_is_the_candidates_side():
-    from xlang.profiler.judge import foreign_gpu_work
+    from xlang.profiler.stages.process import foreign_gpu_work
 
     assert foreign_gpu_work(None, {1: "1", 300: "9"}, me=1) == ([], [300])
     assert foreign_gpu_work({2: "3"}, None, me=1) == ([], [])
 
 
 def test_process_start_time_names_one_process():
-    from xlang.profiler.judge import _started
+    from xlang.profiler.stages.process import _started
 
     mine = _started(os.getpid())
     assert mine is not None and mine.isdigit()
@@ -681,7 +681,7 @@ def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypa
 
 # ---- what the candidate printed: kept (a bounded tail) in every stage, the verdict and the feedback ---------
 def test_the_check_stage_keeps_the_end_of_the_candidates_output(tmp_path):
-    from xlang.profiler.judge import OUTPUT_TAIL_CHARS
+    from xlang.profiler.stages.process import OUTPUT_TAIL_CHARS
 
     run = _check(tmp_path, "cpu_gemm_prints.py")
     assert run.result["status"] == "ok", run.result
@@ -733,6 +733,7 @@ def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, 
     from xlang.backend import BuildResult, get_backend
     from xlang.profiler import commands
     from xlang.profiler import evaluate as ev
+    from xlang.profiler.stages import launch
 
     build = tmp_path / "build"
     build.mkdir()
@@ -742,7 +743,7 @@ def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, 
     wrapper.write_text(_CPU_JUDGE.format(slots=SLOTS, build=str(build), load=str(load)))
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
     monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
-    monkeypatch.setattr(ev, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
+    monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
     result = BuildResult(True, "triton", "", "", {}, str(build), load_path=str(load))

@@ -14,7 +14,9 @@ import pytest
 
 from xlang import verdict as V
 from xlang.profiler import evaluate as ev
-from xlang.profiler import judge, runner
+from xlang.profiler import runner
+from xlang.profiler.stages import launch, timing
+from xlang.profiler.stages import peers as judge_peers
 from xlang.task import Peer, get_task
 
 NOT_INSTALLED = "flash-attn-4 (flash_attn.cute) not installed"
@@ -67,15 +69,15 @@ def test_a_missing_package_is_found_without_importing_anything(monkeypatch):
 
 def test_peer_specs_skip_what_is_absent_or_turned_off():
     task = dataclasses.replace(get_task("gemm"), peers=(_fake_peer("here"), _fake_peer("gone", ("xlang_no_pkg",))))
-    specs = ev.peer_specs(task, ev.EvalOptions())
+    specs = judge_peers.peer_specs(task, ev.EvalOptions())
     assert specs == [{"name": "here", "display": "HERE"},
                      {"name": "gone", "display": "GONE", "skip": "gone-wheel (xlang_no_pkg) not installed"}]
-    off = ev.peer_specs(task, ev.coerce_options({"no_peers": True}))
+    off = judge_peers.peer_specs(task, ev.coerce_options({"no_peers": True}))
     assert [s["skip"] for s in off] == ["skipped (--no-peers)"] * 2
     # The check stage's limit grows by the budget of each peer it will start, and only those.
     opts = ev.EvalOptions(check_timeout_s=100, peer_timeout_s=50)
-    assert ev.check_limit(opts, off) == 100
-    assert ev.check_limit(opts, specs) == 100 + 50 + ev.PEER_CLOSE_S
+    assert judge_peers.check_limit(opts, off) == 100
+    assert judge_peers.check_limit(opts, specs) == 100 + 50 + judge_peers.PEER_CLOSE_S
 
 
 # ---- the runner: a peer's entry is the vendor's, over the judge's buffers ---------------------------------
@@ -130,9 +132,9 @@ def _ctx(peers, budget=60.0):
 
 
 def test_skipped_peers_are_recorded_without_a_process(monkeypatch):
-    monkeypatch.setattr(judge, "Runner", _NoRunner)
+    monkeypatch.setattr(judge_peers, "Runner", _NoRunner)
     start = time.monotonic()
-    out = judge.time_peers(_ctx([{"name": "fa4", "display": "FA4", "skip": NOT_INSTALLED},
+    out = judge_peers.time_peers(_ctx([{"name": "fa4", "display": "FA4", "skip": NOT_INSTALLED},
                                  {"name": "quack", "display": "quack GEMM", "skip": "skipped (--no-peers)"}]),
                            {"M": 8, "N": 8, "K": 8}, 1.0, lambda text: None)
     assert time.monotonic() - start < 0.5
@@ -151,7 +153,7 @@ class _FakeRunner:
     def start(self, hello):
         _FakeRunner.started.append(hello)
         if hello["peer"] == "broken":
-            raise judge.CandidateError("loading the peer broken failed:\nModuleNotFoundError: No module named 'x'")
+            raise judge_peers.CandidateError("loading the peer broken failed:\nModuleNotFoundError: No module named 'x'")
 
     def close(self):
         pass
@@ -164,16 +166,16 @@ def test_peers_that_ran_give_speedups_and_the_fastest_is_best(monkeypatch):
     def fake_time_calls(ctx, runner_, observer, prov, shape_, progress, who, verify_n=None, deadline=None):
         assert verify_n == 0 and prov is None and shape_ == shape and deadline is not None
         if medians[who] is None:
-            raise judge.Outcome("timeout", "the candidate's call: no answer within 60 s")
+            raise judge_peers.Outcome("timeout", "the candidate's call: no answer within 60 s")
         return {"stats": {"median_ms": medians[who]}, "method": "cupti_kernel_span", "wall_stats": {}}
 
     _FakeRunner.started = []
-    monkeypatch.setattr(judge, "Runner", _FakeRunner)
-    monkeypatch.setattr(judge, "_observer", lambda spec: None)
-    monkeypatch.setattr(judge, "_wait_alone", lambda progress, index=0: {"checked": True, "others": []})
-    monkeypatch.setattr(judge, "time_calls", fake_time_calls)
+    monkeypatch.setattr(judge_peers, "Runner", _FakeRunner)
+    monkeypatch.setattr(judge_peers, "_observer", lambda spec: None)
+    monkeypatch.setattr(judge_peers, "_wait_alone", lambda progress, index=0: {"checked": True, "others": []})
+    monkeypatch.setattr(judge_peers, "time_calls", fake_time_calls)
     peers = [{"name": n, "display": n.title()} for n in ("slow", "fast", "broken", "hangs")]
-    out = judge.time_peers(_ctx(peers), shape, 2.0, lambda text: None)
+    out = judge_peers.time_peers(_ctx(peers), shape, 2.0, lambda text: None)
     assert [h["peer"] for h in _FakeRunner.started] == ["slow", "fast", "broken", "hangs"]
     assert all(h["op"] == "peer" and h["task"] == "gemm" for h in _FakeRunner.started)
     slow, fast, broken, hangs = out["peers"]
@@ -188,10 +190,10 @@ def test_peers_that_ran_give_speedups_and_the_fastest_is_best(monkeypatch):
 
 def test_a_peers_budget_bounds_its_calls():
     ctx = {"call_timeout_s": 120.0}
-    assert judge._call_timeout(ctx, None) == 120.0
-    assert 9.0 < judge._call_timeout(ctx, time.monotonic() + 10) <= 10.0
-    with pytest.raises(judge.RunnerGone) as e:
-        judge._call_timeout(ctx, time.monotonic() - 1)
+    assert timing._call_timeout(ctx, None) == 120.0
+    assert 9.0 < timing._call_timeout(ctx, time.monotonic() + 10) <= 10.0
+    with pytest.raises(judge_peers.RunnerGone) as e:
+        timing._call_timeout(ctx, time.monotonic() - 1)
     assert e.value.timed_out
 
 
@@ -300,11 +302,11 @@ def test_eval_prints_x_vendor_beside_x_peer_or_why_not():
 
 PEER_WORKER = (
     "import json, sys\n"
-    "from xlang.profiler import judge\n"
+    "from xlang.profiler.stages import peers\n"
     "spec = json.load(open(sys.argv[1]))\n"
-    "judge.Runner = None  # a peer process started here would fail loudly\n"
+    "peers.Runner = None  # a peer process started here would fail loudly\n"
     "timing = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS'}\n"
-    "timing.update(judge.time_peers({'spec': spec, 'task': None, 'call_timeout_s': 1.0}, spec['timed_shape'],\n"
+    "timing.update(peers.time_peers({'spec': spec, 'task': None, 'call_timeout_s': 1.0}, spec['timed_shape'],\n"
     "                               1.0, lambda text: None))\n"
     "json.dump({'status': 'ok', 'fingerprint': {}, 'isolation': 'fake', 'timing': timing,\n"
     "           'correctness': {'passed': True, 'trials': 1, 'shapes': [], 'kinds': ['normal']}},\n"
@@ -323,7 +325,7 @@ def test_evaluate_records_an_absent_peer_and_the_verdict_stays_ok(tmp_path, monk
         pytest.skip("quack is installed here: its absent path cannot be shown")
     worker = tmp_path / "peer_worker.py"
     worker.write_text(PEER_WORKER)
-    monkeypatch.setattr(ev, "judge_command", lambda spec_path: [sys.executable, str(worker), str(spec_path)])
+    monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(worker), str(spec_path)])
     opts = {"memcheck": False, "ncu": False, "seed": 3}
     v = ev.evaluate(build, "triton", task, arch, options=opts)
     assert v.category == V.OK and v.speedup == 1.1

@@ -11,6 +11,7 @@ import pytest
 
 from xlang import verdict as V
 from xlang.profiler import evaluate as ev
+from xlang.profiler.stages import launch, memcheck, ncu, timing
 from xlang.sandbox import run_child
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +20,7 @@ BAD = ROOT / "tests" / "kernels" / "bad"
 
 def _stage(tmp_path, args, timeout=20.0):
     cmd = [sys.executable, "-m", "xlang.profiler.selftest", *args]
-    return ev.run_stage({"mode": "x"}, tmp_path, "check", timeout, child_cmd=cmd)
+    return launch.run_stage({"mode": "x"}, tmp_path, "check", timeout, child_cmd=cmd)
 
 
 def test_hanging_worker_is_killed_with_its_children(tmp_path):
@@ -28,7 +29,7 @@ def test_hanging_worker_is_killed_with_its_children(tmp_path):
     run = _stage(tmp_path, ["hang_with_child", str(pidfile)], timeout=3.0)
     assert time.monotonic() - start < 15
     assert run.child.timed_out
-    cat, detail = ev.judge_stage("check", run, 3.0)
+    cat, detail = launch.stage_failure("check", run, 3.0)
     assert cat == V.TIMEOUT and "did not finish within 3 s" in detail
     pid = int(pidfile.read_text())
     for _ in range(50):  # the whole process group got SIGKILL
@@ -43,14 +44,14 @@ def test_hanging_worker_is_killed_with_its_children(tmp_path):
 
 def test_segfaulting_worker_is_a_runtime_error(tmp_path):
     run = _stage(tmp_path, ["segfault"])
-    cat, detail = ev.judge_stage("check", run, 20.0)
+    cat, detail = launch.stage_failure("check", run, 20.0)
     assert cat == V.RUNTIME_ERROR
     assert "SIGSEGV" in detail
 
 
 def test_worker_exiting_without_a_result(tmp_path):
     run = _stage(tmp_path, ["exit", "7"])
-    cat, detail = ev.judge_stage("check", run, 20.0)
+    cat, detail = launch.stage_failure("check", run, 20.0)
     assert cat == V.RUNTIME_ERROR and "exit code 7" in detail
 
 
@@ -62,19 +63,19 @@ def test_sandbox_child_abort_is_contained():
 def _fake_run(result, progress="1.0 trial shape=M=8 trial=0 seed=1: candidate call\n"):
     from xlang.sandbox import ChildResult
 
-    return ev.StageRun(ChildResult(0, "", "", False, 0.1), result, progress, 0.1)
+    return launch.StageRun(ChildResult(0, "", "", False, 0.1), result, progress, 0.1)
 
 
-def test_judge_stage_categories():
-    assert ev.judge_stage("check", _fake_run({"status": "ok"}), 10) is None
-    cat, detail = ev.judge_stage("check", _fake_run({"status": "incorrect", "detail": "C[0, 1] got 1 expected 2"}), 10)
+def test_stage_failure_categories():
+    assert launch.stage_failure("check", _fake_run({"status": "ok"}), 10) is None
+    cat, detail = launch.stage_failure("check", _fake_run({"status": "incorrect", "detail": "C[0, 1] got 1 expected 2"}), 10)
     assert cat == V.INCORRECT and "C[0, 1]" in detail
-    cat, _ = ev.judge_stage("check", _fake_run({"status": "runtime_error", "detail": "CUDA error"}), 10)
+    cat, _ = launch.stage_failure("check", _fake_run({"status": "runtime_error", "detail": "CUDA error"}), 10)
     assert cat == V.RUNTIME_ERROR
     from xlang.sandbox import ChildResult
 
-    dead = ev.StageRun(ChildResult(-11, "", "boom", False, 0.1), None, "1.0 trial x: candidate call\n", 0.1)
-    cat, detail = ev.judge_stage("check", dead, 10)
+    dead = launch.StageRun(ChildResult(-11, "", "boom", False, 0.1), None, "1.0 trial x: candidate call\n", 0.1)
+    cat, detail = launch.stage_failure("check", dead, 10)
     assert cat == V.RUNTIME_ERROR and "SIGSEGV" in detail and "candidate call" in detail
 
 
@@ -111,7 +112,7 @@ def test_compile_error(tmp_path):
 # A stand-in for the GPU worker: reports FAKE_STATUS; when ok, waits at the timing gate (if any) first.
 FAKE_WORKER = (
     "import json, os, sys, time\n"
-    "from xlang.profiler.judge import wait_at_gate\n"
+    "from xlang.profiler.stages.timing import wait_at_gate\n"
     "spec = json.load(open(sys.argv[1]))\n"
     "status = os.environ['FAKE_STATUS']\n"
     "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {'torch': 'fake'},\n"
@@ -139,7 +140,7 @@ def _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch):
     fake.write_text(FAKE_WORKER)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
     monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
-    monkeypatch.setattr(ev, "judge_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
+    monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
     return task, arch, build
@@ -222,7 +223,7 @@ def test_timing_gate_stops_the_check_workers_clock_while_it_waits(tmp_path):
     """The check worker has 3 s of its own; it waits 5 s at the gate and is not killed for that."""
     import threading
 
-    gate = ev.TimingGate(tmp_path, limit_s=3.0)
+    gate = timing.TimingGate(tmp_path, limit_s=3.0)
     threading.Timer(5.0, gate.open, kwargs={"go": True}).start()
     res = _gate_child(tmp_path, gate, before=0.5, after=0.5)
     assert not res.timed_out and res.returncode == 0 and res.stdout.strip() == "go"
@@ -230,14 +231,14 @@ def test_timing_gate_stops_the_check_workers_clock_while_it_waits(tmp_path):
 
 
 def test_timing_gate_still_kills_a_worker_that_hangs_before_it(tmp_path):
-    gate = ev.TimingGate(tmp_path, limit_s=1.5)
+    gate = timing.TimingGate(tmp_path, limit_s=1.5)
     res = _gate_child(tmp_path, gate, before=30, after=0)
     assert res.timed_out and res.seconds < 10
 
 
 def test_timing_gate_kills_a_worker_that_hangs_after_it(tmp_path):
     """After the gate opens, the remaining own time still applies (timing a kernel that never ends)."""
-    gate = ev.TimingGate(tmp_path, limit_s=2.0)
+    gate = timing.TimingGate(tmp_path, limit_s=2.0)
     gate.open(go=False)
     res = _gate_child(tmp_path, gate, before=0.2, after=30)
     assert res.timed_out and res.stdout.strip() == "skip" and res.seconds < 10
@@ -267,8 +268,8 @@ def test_memcheck_and_ncu_run_beside_the_check_and_timing_waits_for_them(tmp_pat
 
     def run(status, mem_failure=None, ncu_seconds=1.5, ncu_failure=None, reading_s=0.0):
         seen.clear()
-        monkeypatch.setattr(ev, "memcheck_stage", fake_side("memcheck", 0.5, mem_failure))
-        monkeypatch.setattr(ev, "ncu_stage", fake_side("ncu", ncu_seconds, ncu_failure, reading_s))
+        monkeypatch.setattr(memcheck, "memcheck_stage", fake_side("memcheck", 0.5, mem_failure))
+        monkeypatch.setattr(ncu, "ncu_stage", fake_side("ncu", ncu_seconds, ncu_failure, reading_s))
         opts = {"extra_env": {"FAKE_STATUS": status}, "seed": 5}
         return ev.evaluate(build, "triton", task, arch, options=opts)
 
@@ -299,21 +300,21 @@ def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_execute
         calls.append(stage)
         # ncu's own lines reach the judge on the pipe it shares with the runner it started (judge.run_tool_stage)
         tool_out = "==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n"
-        return ev.StageRun(ChildResult(0, "", "", False, 1.0), {"status": "ok", "runner_stdout": tool_out}, "", 1.0,
+        return launch.StageRun(ChildResult(0, "", "", False, 1.0), {"status": "ok", "runner_stdout": tool_out}, "", 1.0,
                            tmp_path / stage)  # the run's folder: no report in it
 
-    monkeypatch.setattr(ev, "find_tool", lambda name: "/usr/bin/true")
-    monkeypatch.setattr(ev, "run_stage", fake_run_stage)
+    monkeypatch.setattr(ncu, "find_tool", lambda name: "/usr/bin/true")
+    monkeypatch.setattr(ncu, "run_stage", fake_run_stage)
     spec = {"ncu_trials": [[{"M": 64, "N": 64, "K": 64}, "normal", 1]]}
     from xlang.archs import get_arch
     from xlang.task import get_task
 
-    info, failure = ev.ncu_stage(spec, tmp_path, ev.EvalOptions(), {}, get_arch("h100"), ("wgmma", "tma"),
+    info, failure = ncu.ncu_stage(spec, tmp_path, ev.EvalOptions(), {}, get_arch("h100"), ("wgmma", "tma"),
                                  get_task("gemm"))
     assert failure[0] == V.NOT_EXECUTED and "calling thread" in failure[1]
     assert [a["kernels"] for a in info["attempts"]] == [0] * len(calls)
     # The same warning after an error of ncu's own is the tool's failure, not the candidate's.
-    assert ev._ncu_saw_no_kernel("==ERROR== ERR_NVGPUCTRPERM\n==WARNING== No kernels were profiled.\n") is False
+    assert ncu._ncu_saw_no_kernel("==ERROR== ERR_NVGPUCTRPERM\n==WARNING== No kernels were profiled.\n") is False
 
 
 @pytest.mark.slow
@@ -330,8 +331,8 @@ def test_an_answer_computed_off_the_gpu_is_never_correct_and_no_ncu_says_it_was_
                 "gpu_compute": {"status": "off_gpu", "gpu_to_task": 1e-6, "min_ratio": 0.5, "detail": "tiny"}}
         return info, (V.HOST_COMPUTE, "the candidate's own kernels executed 1e-06x the task's FLOPs")
 
-    monkeypatch.setattr(ev, "memcheck_stage", lambda *a, **k: ({"ran": True, "errors": 0}, None))
-    monkeypatch.setattr(ev, "ncu_stage", fake_ncu)
+    monkeypatch.setattr(memcheck, "memcheck_stage", lambda *a, **k: ({"ran": True, "errors": 0}, None))
+    monkeypatch.setattr(ncu, "ncu_stage", fake_ncu)
     v = ev.evaluate(build, "triton", task, arch, options={"extra_env": {"FAKE_STATUS": "ok"}, "seed": 5})
     assert v.category == V.HOST_COMPUTE and "1e-06x" in v.detail, v.detail
     assert v.correct is False and v.executed_ok is False and v.timing is None  # known before the timing: skipped

@@ -15,7 +15,7 @@ import pytest
 from xlang import census
 from xlang.archs import get_arch
 from xlang.profiler import ncu
-from xlang.profiler.evaluate import ncu_judgement, ncu_provenance
+from xlang.profiler.stages.ncu import ncu_judgement, ncu_provenance
 from xlang.task import get_task
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "profiler"
@@ -188,7 +188,7 @@ def test_torch_utility_kernels_are_neither_own_code_nor_forbidden():
 
 
 def test_jit_modules_are_copied_without_following_links(tmp_path):
-    from xlang.profiler.judge import collect_jit_modules
+    from xlang.profiler.stages.tools import collect_jit_modules
 
     home, stage = tmp_path / "home", tmp_path / "stage"
     (home / ".triton" / "cache" / "AB").mkdir(parents=True)

@@ -209,10 +209,13 @@ def test_a_b200_verdict_is_never_placed_on_the_sm90a_node(ray_local):
     assert b200.build is not None  # its builds still run as Ray CPU tasks
     # Submitted anyway, the verdict task waits for a node declaring sm_100a: it never starts on this one.
     verdict = scaleout._remotes()["verdict"]
-    args = ("src", None, None, "cuda_ptx", "gemm", "b200", {}, {}, FAKE_ENV["XLANG_RAY_EVALUATOR"],
-            scaleout._state["driver_node"], None)
-    stuck = verdict.options(resources={"sm_100a": 1}).remote("j-b200", *args)
-    placed = verdict.options(resources={"sm_90a": 1}).remote("j-h100", *args[:5], "h100", *args[6:])
+    from xlang.profiler.pipeline import Job
+
+    rest = (FAKE_ENV["XLANG_RAY_EVALUATOR"], scaleout._state["driver_node"], None)
+    job = Job("gemm", "cuda_ptx", "b200", (), ())
+    stuck = verdict.options(resources={"sm_100a": 1}).remote("j-b200", "src", None, None, job.to_spec(), *rest)
+    placed = verdict.options(resources={"sm_90a": 1}).remote("j-h100", "src", None, None,
+                                                             Job("gemm", "cuda_ptx", "h100", (), ()).to_spec(), *rest)
     ready, _ = ray.wait([stuck, placed], num_returns=2, timeout=4)
     assert ready == [placed]
     ray.cancel(stuck, force=True)

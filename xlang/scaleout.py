@@ -49,6 +49,7 @@ from xlang.archs import archs, get_arch
 from xlang.backend import CHILD_FOLDER, BuildResult, build_candidate
 from xlang.errors import XlangError
 from xlang.profiler import gpu as gpu_mod
+from xlang.profiler.pipeline import Job
 from xlang.runtimes import Runtime
 from xlang.task import get_task
 from xlang.verdict import Verdict
@@ -261,19 +262,23 @@ def build_job(code, lang, task, arch, shape, workdir, driver_node):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def verdict_job(job, source, build, packed, lang, task, arch, shape, options, evaluator, driver_node, tracker):
-    """In a Ray GPU task (num_gpus=1, {sm: 1}): the verdict on the GPU Ray assigned. Returns (verdict dict, slot)."""
+def verdict_job(job_id, source, build, packed, job_spec, evaluator, driver_node, tracker):
+    """In a Ray GPU task (num_gpus=1, {sm: 1}): the verdict on the GPU Ray assigned for the Job of job_spec
+    (xlang.profiler.pipeline.Job.to_spec). Returns (verdict dict, slot)."""
     import ray  # a Ray task: Ray is there
+
+    job = Job.from_spec(job_spec)
+    lang, task, arch, shape = job.lang, job.task, job.arch, job.shape_dict
 
     ids = [str(int(i)) for i in ray.get_gpu_ids()]
     ip = ray.util.get_node_ip_address()
     slot = f"{ip} gpu {','.join(ids) or '?'}"
     if tracker is not None:
-        tracker.start.remote(job, slot)
+        tracker.start.remote(job_id, slot)
     before = os.environ.get(GPUS_ENV)
     os.environ[GPUS_ENV] = ",".join(ids)
     tmp = None
-    options = dict(options or {})
+    options = job.options_dict
     try:
         task_obj, arch_obj = get_task(task), get_arch(arch)
         if evaluator:
@@ -406,9 +411,9 @@ def ray_runtime(spec: str, arch):
         with MONITOR.lock:
             MONITOR.queued[job] = label
         try:
+            spec = Job.of(task, lang, arch_, shape, (options or {}).get("require"), options).to_spec()
             ref = remotes["verdict"].options(resources={arch_.sm: 1}).remote(
-                job, source, build_result, packed, lang, task.name, arch_.name, dict(shape), dict(options or {}),
-                evaluator, driver_node, tracker)
+                job, source, build_result, packed, spec, evaluator, driver_node, tracker)
             verdict, slot = ray.get(ref)
         finally:
             with MONITOR.lock:

@@ -68,7 +68,7 @@ class Verdict:
     executed_ok: bool | None = None
     isolation: str = ""  # the jail the candidate ran in (xlang.sandbox levels), "" when nothing ran
     # per GPU stage (check, memcheck, ncu): {"stdout", "stderr"}, the last 6 KiB of what the candidate's process
-    # printed (judge.OUTPUT_TAIL_CHARS); None when nothing ran
+    # printed (stages/process.py OUTPUT_TAIL_CHARS); None when nothing ran
     output: dict | None = None
 
     @property

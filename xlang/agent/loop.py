@@ -24,9 +24,9 @@ from xlang import verdict as V
 from xlang.agent import feedback as F
 from xlang.agent import prompt as P
 from xlang.agent.buildinfo import package_version, toolchain_versions
+from xlang.agent.runtime import Runtime, assess, make_runtime
 from xlang.archs import get_arch
 from xlang.backend import backends, get_backend
-from xlang.agent.runtime import Runtime, judge, make_runtime
 from xlang.agent.sources import Source, make_source
 from xlang.errors import XlangError
 from xlang.identity import toolchain_identity
@@ -271,7 +271,7 @@ class Run:
                 ex = P.extract_code(reply.text, self.backend)
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
-            j = judge(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
+            j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
                       {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms},
                       on_stage=lambda what: self._stage(k, turn_idx, turns, what))
             v = j.verdict

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import xlang.backend  # build_candidate is looked up when called: tests wrap it
 from xlang import verdict as V
 from xlang.agent.buildinfo import kernel_resources, toolchain_versions
 from xlang.backend import get_backend
 from xlang.errors import XlangError
 from xlang.profiler.gpu import gpus_for
+from xlang.profiler.options import EvalOptions
+from xlang.profiler.pipeline import STATIC_STAGES, Context, Job, run_stages, static_conclusion
 from xlang.runtimes import Runtime
 from xlang.scaleout import ray_runtime  # Ray itself is imported only when a Ray runtime is made
 
@@ -71,11 +72,11 @@ def make_runtime(spec: str, arch) -> Runtime:
     raise XlangError(f"unknown profiler '{spec}' (known: {', '.join(_FACTORIES)}; GPUs elsewhere: --ray ADDRESS)")
 
 
-# ---------------------------------------------------------------------------------------------- judging
+# ---------------------------------------------------------------------------------------------- assessing
 
 
 @dataclass
-class Judgement:
+class Assessment:
     verdict: V.Verdict
     build: object | None  # BuildResult
     build_seconds: float = 0.0
@@ -90,66 +91,58 @@ def _fields(verdict: V.Verdict, **values) -> V.Verdict:
     return verdict
 
 
-def judge(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime, workdir: Path,
-          no_code_note: str = "", options: dict | None = None, on_stage=None) -> Judgement:
-    """Category order as in xlang.verdict (STAGE_ORDER): no_code -> forbidden_call (static screen) ->
-    compile_error -> (runtime: the profiler's verdict) | missing_instructions | static_ok.
+def assess(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtime, workdir: Path,
+           no_code_note: str = "", options: dict | None = None, on_stage=None) -> Assessment:
+    """One candidate through the pipeline (xlang.profiler.pipeline): its static stages (screen, build, census) here,
+    once, the same as `xlang eval` runs them; then, when the runtime is available, its GPU stages through the
+    runtime (local, or a Ray GPU task), told what the static stages concluded.
 
     Every candidate that compiles (and passes the static screen) goes to the runtime when one is available,
     whatever its census says: correctness is measured for it, and the census is the verdict's own field
     (a candidate correct without the required families is correct, but not correct with the target
-    instructions). Without a runtime, a census that lacks required families gives missing_instructions.
-    Each verdict records the toolchain it was made with (fingerprint.toolchain) and its build carries the
-    registers and spills of each kernel (build.resources). on_stage(name) is told 'building', then 'evaluating'
-    when the runtime judges it (progress displays)."""
+    instructions). Without a runtime, the static stages' first failure (missing_instructions, or incorrect for
+    fp16 accumulators) or static_ok is the verdict. Each verdict records the toolchain it was made with
+    (fingerprint.toolchain) and its build carries the registers and spills of each kernel (build.resources).
+    on_stage(name) is told 'building', then 'evaluating' when the runtime judges it (progress displays)."""
     base = dict(lang=lang, task=task.name, arch=arch.name, shape=dict(shape), runtime_note=runtime.note)
     if code is None:
-        return Judgement(_fields(V.Verdict(V.NO_CODE, detail=no_code_note or "no code block found", **base),
-                                 compiled=False), None)
-    backend = get_backend(lang)
-    reasons = backend.screen(code)
-    if reasons:
-        return Judgement(V.Verdict(V.FORBIDDEN_CALL, detail="; ".join(reasons), **base), None)
+        return Assessment(_fields(V.Verdict(V.NO_CODE, detail=no_code_note or "no code block found", **base),
+                                  compiled=False), None)
     stage = on_stage or (lambda name: None)
-    stage("building")
-    start = time.monotonic()
-    build = (runtime.build or xlang.backend.build_candidate)(code, lang, task, arch, shape, workdir=workdir)
-    build_s = time.monotonic() - start
-    bd = build.to_dict()
-    base["fingerprint"] = {"toolchain": toolchain_versions()}
-    if not build.ok:
-        return Judgement(_fields(V.Verdict(V.COMPILE_ERROR, detail=build.error or "the build failed", build=bd,
-                                           **base), compiled=False), build, build_s)
+    job = Job.of(task, lang, arch, shape)
+    verdict = V.Verdict(V.OK, **base)
+    ctx = Context(task, arch, get_backend(lang), EvalOptions(), verdict, Path(workdir), code, build_dir=Path(workdir),
+                  build_fn=runtime.build, on_stage=lambda name: stage("building") if name == "build" else None)
+    result = run_stages(STATIC_STAGES, job, ctx)
+    build, build_s = ctx.build, ctx.stage_seconds.get("build", 0.0)
+    if build is not None:
+        verdict.fingerprint = {"toolchain": toolchain_versions()}
+    if result.stopped:
+        verdict.category, verdict.detail = result.failures[0]
+        return Assessment(verdict, build, build_s)
+    bd = verdict.build
     try:
         bd["resources"] = kernel_resources(bd)
     except Exception:  # noqa: BLE001 - a missing register count never fails a judgement
         bd["resources"] = []
-    census = build.census
-    missing = census is not None and bool(census.missing)
-    census_ok = None if census is None else not missing
-    missing_detail = (f"Missing: {', '.join(census.missing)}"
-                      + (f" (present: {', '.join(census.present)})" if census.present else "") + ".") if missing else ""
     if not runtime.available:
-        category, detail = ((V.MISSING_INSTRUCTIONS, missing_detail) if missing else
-                            (V.STATIC_OK, f"compiled for {arch.sm}; required families present"))
-        return Judgement(_fields(V.Verdict(category, detail=detail, build=bd, **base), compiled=True,
-                                 census_ok=census_ok), build, build_s)
+        verdict.category, verdict.detail = static_conclusion(result.failures, runtime.note, arch, job.required)
+        return Assessment(verdict, build, build_s)
     stage(f"evaluating ({runtime.name})")
     start = time.monotonic()
+    static = {"failures": [list(f) for f in result.failures], "census_ok": verdict.census_ok}
     try:
-        verdict = runtime.evaluate(code, build, lang, task, arch, shape, dict(options or {}))
+        verdict = runtime.evaluate(code, build, lang, task, arch, shape, {**dict(options or {}), "static": static})
         if isinstance(verdict, dict):
             verdict = V.Verdict.from_dict(verdict)
     except Exception as e:  # noqa: BLE001 - the evaluator's failure is ours, not the candidate's
         note = f"not run (the {runtime.name} profiler failed: {type(e).__name__}: {e})"
-        category, detail = ((V.MISSING_INSTRUCTIONS, missing_detail) if missing else
-                            (V.STATIC_OK, f"compiled for {arch.sm}; required families present"))
-        verdict = _fields(V.Verdict(category, detail=detail, build=bd, **{**base, "runtime_note": note}),
-                          compiled=True, census_ok=census_ok)
+        verdict.runtime_note = note
+        verdict.category, verdict.detail = static_conclusion(result.failures, note, arch, job.required)
     if verdict.build is None:
         verdict.build = bd
     elif "resources" not in verdict.build:
         verdict.build = {**verdict.build, "resources": bd["resources"]}
     verdict.fingerprint = {**(verdict.fingerprint or {})}
     verdict.fingerprint.setdefault("toolchain", toolchain_versions())
-    return Judgement(verdict, build, build_s, time.monotonic() - start)
+    return Assessment(verdict, build, build_s, time.monotonic() - start)

@@ -3,7 +3,7 @@
   collect  failure -> fix pairs from one or more stores (a failed turn and a later turn of the same sample that fixed
            it), near-duplicates dropped, rebalanced by (category, task, lang, arch) with a cap per bucket
   repair   a teacher model (any litellm model) repairs failures that have no fix, in a loop of turns with the
-           judge's feedback between them; every reply is judged by the loop's own judge (xlang.agent.runtime.judge)
+           judge's feedback between them; every reply is judged by the loop's own judge (xlang.agent.runtime.assess)
            before it counts
   reason   a reasoning teacher writes a bounded reasoning trace per pair and per final kernel
   explain  a model writes a short note per pair (what was wrong, what changed, why)

@@ -4,7 +4,7 @@ Each unfixed failure (unfixed.jsonl) gets up to --attempts conversations with th
 of up to --turns turns: the first message holds the task prompt, the failed code and the feedback its turn got;
 after a reply that does not count, the judge's feedback on it (xlang.agent.feedback.feedback_text, the text the
 agent loop sends) is the next message, so the teacher repairs with what the judge said, as a model does in the
-loop. Every reply is judged by the agent loop's own judge (xlang.agent.runtime.judge: build, static census, then
+loop. Every reply is judged by the agent loop's own judge (xlang.agent.runtime.assess: build, static census, then
 the runtime from --profiler, the same profiler path as `xlang run`) before it counts: it becomes a pair only when
 its verdict fixes the failure per --accept (`ok`, `static_ok`, or `category`: it passed the stage that failed).
 Every reply, accepted or not, is appended to repairs.jsonl with its attempt, turn, verdict and the feedback it got;
@@ -34,7 +34,7 @@ def repair(folder: Path, model: str, *, profiler: str = "local", accept: str = "
     from xlang.agent import prompt as P
     from xlang.agent.feedback import feedback_text
     from xlang.agent.llm import LLMClient, check_environment
-    from xlang.agent.runtime import judge, make_runtime
+    from xlang.agent.runtime import assess, make_runtime
     from xlang.archs import get_arch
     from xlang.backend import get_backend
     from xlang.task import get_task
@@ -80,7 +80,7 @@ def repair(folder: Path, model: str, *, profiler: str = "local", accept: str = "
                     break
                 ex = P.extract_code(reply.text, backend)
                 workdir = folder / "repair-work" / f["id"] / (f"a{attempt}" if turns == 1 else f"a{attempt}t{turn}")
-                j = judge(ex.code, f["lang"], task, arch, shape, runtime, workdir, ex.note, {"seed": attempt})
+                j = assess(ex.code, f["lang"], task, arch, shape, runtime, workdir, ex.note, {"seed": attempt})
                 v = j.verdict
                 ok = ex.code is not None and C.fixes(f["category"], v.category, accept)
                 # What the teacher is told next (none after its last turn): the loop's own feedback text.
