@@ -200,11 +200,16 @@ def schema(name: str) -> dict:
 FORMAT_VERSION = 1
 
 
-def fixit_user(pair: dict) -> str:
+def failure_context(pair: dict) -> str:
+    """The task, the failed candidate and what the judge said of it: how every teacher sees a failure."""
     f = fence(pair["lang"])
     return (f"{pair['task_prompt']}\n\n## A candidate that failed\n\n```{f}\n{(pair['failed_code'] or '').rstrip()}\n"
-            f"```\n\n## What the judge said ({pair['category']})\n\n{pair['feedback'] or pair['error']}\n\n"
-            f"Explain what is wrong, then reply with the complete fixed source in one ```{f} block.")
+            f"```\n\n## What the judge said ({pair['category']})\n\n{pair['feedback'] or pair['error']}\n\n")
+
+
+def fixit_user(pair: dict) -> str:
+    return (failure_context(pair)
+            + f"Explain what is wrong, then reply with the complete fixed source in one ```{fence(pair['lang'])} block.")
 
 
 def fixit_assistant(pair: dict) -> str:

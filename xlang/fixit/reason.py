@@ -32,9 +32,8 @@ def words(text: str) -> int:
 
 def fix_messages(pair: dict, max_words: int) -> list[dict]:
     f = C.fence(pair["lang"])
-    user = (f"{pair['task_prompt']}\n\n## A candidate that failed\n\n```{f}\n{(pair['failed_code'] or '').rstrip()}\n"
-            f"```\n\n## What the judge said ({pair['category']})\n\n{pair['feedback'] or pair['error']}\n\n"
-            f"## The corrected candidate (for you only)\n\n```{f}\n{pair['fixed_code'].rstrip()}\n```\n\n"
+    user = (C.failure_context(pair)
+            + f"## The corrected candidate (for you only)\n\n```{f}\n{pair['fixed_code'].rstrip()}\n```\n\n"
             f"Write the reasoning that goes from the failed candidate and the judge's feedback to the corrected one, "
             f"as the engineer who is about to write the correction: read the feedback, find the cause, decide the "
             f"change. Do not say that you have seen the corrected candidate and do not copy it. At most {max_words} "
