@@ -1,7 +1,8 @@
 #!/bin/bash
 # Device calls for harness 5 (issues 31, 40, 41) on the H200, one phase a call:
 #   PHASE=tests    the gpu-marked tests of the guards, containment, host-compute and provenance work (pytest -m gpu)
-#   PHASE=experts  full verdicts of the Hopper experts (the CuTe DSL ones need the .cutedsl carry: EXPERTS=...)
+#   PHASE=experts  full verdicts of the Hopper experts (the CuTe DSL ones need the .cutedsl carry and
+#                  CUTEDSL_EXPERTS="gemm:cutedsl attn_fwd:cutedsl ...", or EXPERTS=...)
 #   PHASE=corpus   benchmarks/hostile_corpus_run.py (SHARD=K/N, ONLY=names)
 #   PHASE=bench    guard_pages_cost.py and bench_harness.py
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
@@ -10,6 +11,9 @@
 #   PHASE=tests BUDGET_S=540 bash scripts/device/h200_harness5.sh     (PHASE="tests experts": both; SMOKE=0: no smoke)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
+# CuTe DSL (and FA4 / quack) when the call carries .cutedsl (scripts/cutedsl_on_gpu/pack.sh cu13 --peers): it
+# exports PYTHONPATH with /tmp/site and the DSL's packages, which the line below keeps behind the checkout.
+[ -d .cutedsl ] && source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache \
        CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
@@ -63,7 +67,8 @@ phase_tests() {
 }
 phase_experts() {
   for spec in ${EXPERTS:-"gemm:cuda_ptx" "gemm:gluon" "attn_fwd:triton" "attn_fwd:cuda_ptx" \
-      "attn_fwd:gluon" "attn_bwd:triton" "attn_bwd:cuda_ptx" "attn_fwd_causal:cuda_ptx" "attn_bwd_causal:cuda_ptx"}; do
+      "attn_fwd:gluon" "attn_bwd:triton" "attn_bwd:cuda_ptx" "attn_fwd_causal:cuda_ptx" "attn_bwd_causal:cuda_ptx" \
+      ${CUTEDSL_EXPERTS:-}}; do
     IFS=: read task lang <<< "$spec"
     ev "${task}_${lang}" expert "$lang" "$task"
   done
