@@ -4,34 +4,12 @@ in the unsanitised runs), and a helper process holding a CUDA context of its own
 correctness discarded, every stage ending well before its limit. Also the buffer layout itself, through the
 CUDA driver: the last byte of every buffer is the last mapped byte, and the byte after it faults."""
 
-from pathlib import Path
-
 import pytest
+from test_profiler_gpu import HOSTILE, ROOT, SMALL, _arch, _eval  # the GEMM evaluation on the machine's Hopper GPU
 
 from xlang import verdict as V
 
-ROOT = Path(__file__).resolve().parent.parent
-HOSTILE = ROOT / "tests" / "kernels" / "hostile"
-SMALL = {"M": 2048, "N": 2048, "K": 1024}
-
 pytestmark = pytest.mark.gpu
-
-
-def _arch():
-    from xlang.profiler.gpu import arch_for_gpu, gpus
-
-    for g in gpus():
-        if g["compute_capability"] == 90:
-            return arch_for_gpu(g)
-    pytest.skip("needs a Hopper (sm_90) GPU")
-
-
-def _eval(path: Path, lang: str, shape=None, **opts):
-    from xlang.profiler.evaluate import EvalOptions, evaluate
-
-    v = evaluate(path, lang, "gemm", _arch(), shape, EvalOptions(label=f"{lang}-{path.stem}", **opts))
-    print(f"\n{path.name}: {v.category}: {v.detail[:600]}")
-    return v
 
 
 @pytest.mark.parametrize("name, lang", [("gemm_oob_one_past_unless_sanitizer.py", "triton"),
