@@ -226,12 +226,25 @@ def test_every_backend_imports_from_the_runner_package_alone():
 
     pkg = sandbox.runner_package()
     names = sorted(backends())
-    probe = (f"import importlib, sys; sys.path.insert(0, {str(pkg)!r}); "
+    # As the runner starts: its module first (which stops an editable install's finder serving the checkout).
+    probe = (f"import importlib, sys; sys.path.insert(0, {str(pkg)!r}); import xlang.profiler.runner; "
              f"[importlib.import_module(f'backends.{{n}}.backend') for n in {names!r}]; "
              "print('backends imported', flush=True); import xlang.agent")
     res = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd="/")
     assert res.stdout.strip() == "backends imported", res.stderr[-2000:]
     assert res.returncode == 1 and res.stderr.strip().endswith("No module named 'xlang.agent'")  # the package has none
+
+
+def test_the_runner_serves_no_expert_from_an_editable_install():
+    """An editable install's finder maps xlang.tasks to the checkout (solutions included) when the package found first
+    lacks it: once the runner has started, the checkout's tasks and agent are not importable by those names."""
+    import subprocess
+
+    pkg = sandbox.runner_package()
+    for name in ("xlang.tasks", "xlang.agent", "xlang.backends"):
+        probe = f"import sys; sys.path.insert(0, {str(pkg)!r}); import xlang.profiler.runner; import {name}"
+        res = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=120, cwd="/")
+        assert res.returncode == 1 and res.stderr.strip().endswith(f"No module named {name!r}"), (name, res.stderr[-800:])
 
 
 def _reader(paths: list[str], fail_at_import: bool) -> str:

@@ -7,6 +7,7 @@ from xlang import resources
 
 
 def run() -> None:
+    resources.forget_editable_checkout()
     module = resources.import_module(sys.argv[1])
     sys.exit(module.main(sys.argv[2:]) or 0)
 

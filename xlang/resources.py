@@ -39,6 +39,19 @@ def _link(name: str) -> None:
     spec.loader.exec_module(module)
 
 
+def forget_editable_checkout() -> None:
+    """In a child of ours, stop an editable install of xlang serving what the package found first leaves out.
+
+    Its finder (setuptools' __editable__ module, run from a .pth at start-up) maps xlang's submodules, xlang.tasks
+    among them, to the checkout whenever the xlang on sys.path lacks them: a candidate's child, whose xlang is the
+    runner package, would import the agent and the experts from there wherever it can see the checkout. A child
+    needs no such finder (its PYTHONPATH names its xlang); other packages' editable finders stay."""
+    for finder in list(sys.meta_path):
+        module = sys.modules.get(getattr(finder, "__module__", "") or "")
+        if "xlang" in (getattr(module, "MAPPING", None) or {}):
+            sys.meta_path.remove(finder)
+
+
 def import_module(dotted: str):
     """Import e.g. 'tasks.gemm' as xlang.tasks.gemm, from wherever the folders are."""
     top = dotted.split(".", 1)[0]

@@ -23,6 +23,10 @@ import os
 import socket
 import sys
 
+from xlang import resources
+
+resources.forget_editable_checkout()  # before anything of the candidate's side is imported
+
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 64
 
