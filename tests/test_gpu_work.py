@@ -13,7 +13,7 @@ import pytest
 
 from xlang import verdict as V
 from xlang.archs import families, get_arch
-from xlang.profiler import ncu
+from xlang.profiler import executed, ncu
 from xlang.task import all_tasks, get_task
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "profiler"
@@ -48,7 +48,7 @@ def _tma() -> ncu.SassLine:
 
 def _summary(lines, task_flops=TASK_FLOPS, arch=H200, name="gemm_kernel") -> dict:
     profile = ncu.KernelProfile(name=name, lines=list(lines))
-    return ncu.summarize([profile], [name], arch.families, arch.default_required, families(), task_flops=task_flops)
+    return executed.summarize([profile], [name], arch.families, arch.default_required, families(), task_flops=task_flops)
 
 
 def _judge(lines, task="gemm", shape=GEMM, name="gemm_kernel"):
@@ -67,12 +67,12 @@ def test_padding_wgmma_beside_fma_work_passed_the_old_rule_and_fails_now():
     s = _summary([_hgmma(1.06), _tma(), _ffma(0.98)])
     assert s["tc_share"] == pytest.approx(0.52, abs=0.005) and s["tc_to_task"] == pytest.approx(1.06, abs=0.001)
     assert s["non_tc_to_task"] == pytest.approx(0.98, abs=0.001)  # FMA did the task's work
-    assert ncu.work_check(s, min_share=0.5, ratio=(0.5, 2.0)) is None  # the old rule: ok
-    why = ncu.work_check(s)
+    assert executed.work_check(s, min_share=0.5, ratio=(0.5, 2.0)) is None  # the old rule: ok
+    why = executed.work_check(s)
     assert why and "wgmma did 52.0% of the math" in why and "at least 80% required" in why
     assert "other math 0.98x the task's FLOPs" in why
     for task in all_tasks():
-        assert ncu.work_check(s, min_share=task.min_tc_share, ratio=task.tc_flops_ratio), task.name
+        assert executed.work_check(s, min_share=task.min_tc_share, ratio=task.tc_flops_ratio), task.name
     info, judged = _judge([_hgmma(1.06), _tma(), _ffma(0.98)])
     assert judged[0] == V.NOT_EXECUTED and info["non_tc_to_task"] == pytest.approx(0.98, abs=0.001)
     assert info["share_rule"] == {"min_share": 0.8, "ratio": [0.5, 2.0], "other_bound": pytest.approx(0.5)}
@@ -80,10 +80,10 @@ def test_padding_wgmma_beside_fma_work_passed_the_old_rule_and_fails_now():
 
 def test_every_tasks_share_and_cap_leave_fma_at_most_half_the_task():
     for task in all_tasks():
-        bound = ncu.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])
-        assert bound <= ncu.MAX_OTHER_TO_TASK + 1e-12, (task.name, bound)
-    assert ncu.other_math_bound(0.8, 2.0) == pytest.approx(0.5)
-    assert ncu.other_math_bound(0.5, 2.0) == pytest.approx(2.0)  # the old rule left FMA twice the task
+        bound = executed.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])
+        assert bound <= executed.MAX_OTHER_TO_TASK + 1e-12, (task.name, bound)
+    assert executed.other_math_bound(0.8, 2.0) == pytest.approx(0.5)
+    assert executed.other_math_bound(0.5, 2.0) == pytest.approx(2.0)  # the old rule left FMA twice the task
 
 
 @pytest.mark.parametrize("task_name", ["gemm", "attn_bwd"])
@@ -91,12 +91,12 @@ def test_no_padding_lets_fma_do_more_than_the_bound(task_name):
     """Over a grid of FMA work and padding wgmma, every candidate the rule passes has FMA math within the bound
     (share and cap together), and none whose FMA did the whole task passes, whatever the padding."""
     task = get_task(task_name)
-    bound = ncu.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])
+    bound = executed.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])
     passed = []
     for fma in (0.0, 0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 1.0, 1.5):
         for pad in (0.5, 0.75, 1.0, 1.06, 1.5, 2.0, 2.5, 3.0, 4.0, 8.0):
             s = _summary([_hgmma(pad), _tma(), _ffma(fma)] if fma else [_hgmma(pad), _tma()])
-            if ncu.work_check(s, min_share=task.min_tc_share, ratio=task.tc_flops_ratio) is None:
+            if executed.work_check(s, min_share=task.min_tc_share, ratio=task.tc_flops_ratio) is None:
                 passed.append((fma, pad))
                 assert s["non_tc_to_task"] <= bound * (1 + 1e-6), (fma, pad)
     assert all(fma < 1.0 for fma, _ in passed) and (0.0, 1.0) in passed
@@ -136,8 +136,8 @@ def test_every_expert_passes_both_rules_with_margin(task_name, lang, variant, sh
     other = gpu_to_task - tc_to_task
     s = _summary([_hgmma(tc_to_task), _tma(), _ffma(other)] if other > 0 else [_hgmma(tc_to_task), _tma()])
     assert s["tc_share"] == pytest.approx(share, abs=2e-4) and s["gpu_to_task"] == pytest.approx(gpu_to_task, 1e-3)
-    assert ncu.work_check(s, min_share=task.min_tc_share, ratio=task.tc_flops_ratio) is None
-    assert ncu.gpu_compute_check(s, task.min_gpu_flops_ratio)["status"] == "ok"
+    assert executed.work_check(s, min_share=task.min_tc_share, ratio=task.tc_flops_ratio) is None
+    assert executed.gpu_compute_check(s, task.min_gpu_flops_ratio)["status"] == "ok"
     # Margins: the cap 1.3x above the expert, the share's room for other math 5x the expert's, GPU FLOPs 2x the floor.
     assert tc_to_task * 1.3 <= task.tc_flops_ratio[1] and task.tc_flops_ratio[0] * 1.9 <= tc_to_task
     assert (1 - share) * 5 <= 1 - task.min_tc_share
@@ -148,11 +148,11 @@ def test_tcgen05_descriptor_bound_uses_the_new_numbers():
     """tcgen05's FLOPs are not in the SASS: only the bound that holds whatever it did is checked, now 0.5x."""
     utc = _line("UTCHMMA", "gdesc[UR4], gdesc[UR6], tmem[UR8], idesc[UR10]", 1, 1)
     light = _summary([utc, _tma(), _ffma(0.45)], arch=B200)
-    assert light["tc_unknown"] == "descriptor" and ncu.work_check(light) is None
+    assert light["tc_unknown"] == "descriptor" and executed.work_check(light) is None
     heavy = _summary([utc, _tma(), _ffma(0.55)], arch=B200)
-    why = ncu.work_check(heavy)
+    why = executed.work_check(heavy)
     assert why and "exceeds" in why and "80% share" in why
-    assert ncu.work_check(heavy, min_share=0.5) is None  # what the old 50% rule let through (up to 2x the task)
+    assert executed.work_check(heavy, min_share=0.5) is None  # what the old 50% rule let through (up to 2x the task)
 
 
 # ---- issue 40: the GPU computed the answer ----------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_a_token_kernel_beside_host_compute_is_host_compute():
     token = [_line("LDG.E.128", "R4, desc[UR4][R2.64]", 1000, 32000), _line("STG.E.128", "desc[UR4][R6.64], R4", 1000,
                                                                              32000), _ffma(1e-6)]
     s = _summary(token, name="copy_kernel")
-    gc = ncu.gpu_compute_check(s, 0.5)
+    gc = executed.gpu_compute_check(s, 0.5)
     assert gc["status"] == "off_gpu" and gc["gpu_to_task"] < 1e-5 and "at least 0.5x required" in gc["detail"]
     info, judged = _judge(token, name="copy_kernel")
     assert judged[0] == V.HOST_COMPUTE and "not computed on the GPU" in judged[1]  # before missing families
@@ -181,8 +181,8 @@ def test_an_honest_fma_gemm_computed_on_the_gpu(label, tmp_path):
     profiles = ncu.merge(ncu.parse_source_page(gzip.open(FIX / f"{label}.ncu_source.csv.gz", "rt").read()),
                          ncu.parse_details_page(gzip.open(FIX / f"{label}.ncu_details.csv.gz", "rt").read()))
     names = META[label]["build_kernels"] + META[label]["own_kernels"]
-    s = ncu.summarize(profiles, names, H200.families, ("wgmma", "tma"), task_flops=2 * 2048 * 2048 * 1024)
-    gc = ncu.gpu_compute_check(s, get_task("gemm").min_gpu_flops_ratio)
+    s = executed.summarize(profiles, names, H200.families, ("wgmma", "tma"), task_flops=2 * 2048 * 2048 * 1024)
+    gc = executed.gpu_compute_check(s, get_task("gemm").min_gpu_flops_ratio)
     assert gc["status"] == "ok" and gc["gpu_to_task"] == pytest.approx(1.0, rel=0.02)
     assert s["non_tc_to_task"] == pytest.approx(1.0, rel=0.02)
     if label == "cuda_ptx-gemm_dead_wgmma":
@@ -204,9 +204,9 @@ def test_an_honest_fma_gemm_computed_on_the_gpu(label, tmp_path):
 def test_math_of_unknown_size_below_the_floor_is_unverified_not_an_accusation():
     utc = _line("UTCHMMA", "gdesc[UR4], gdesc[UR6], tmem[UR8], idesc[UR10]", 1000, 1000)
     s = _summary([utc, _tma()], arch=B200)
-    gc = ncu.gpu_compute_check(s, 0.5)
+    gc = executed.gpu_compute_check(s, 0.5)
     assert gc["status"] == "unverified" and "lower bound" in gc["detail"]
-    assert ncu.gpu_compute_check(_summary([_ffma(1.0)], task_flops=None), 0.5)["status"] == "unverified"
+    assert executed.gpu_compute_check(_summary([_ffma(1.0)], task_flops=None), 0.5)["status"] == "unverified"
 
 
 def test_host_compute_is_never_correct_in_the_scores():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from xlang.archs import get_arch
-from xlang.profiler import ncu, sanitizer
+from xlang.profiler import executed, ncu, sanitizer
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "profiler"
 META = json.loads((FIX / "recorded.json").read_text())
@@ -22,7 +22,7 @@ def _summary(label: str) -> dict:
     profiles = ncu.merge(ncu.parse_source_page(_text(f"{label}.ncu_source.csv.gz")),
                          ncu.parse_details_page(_text(f"{label}.ncu_details.csv.gz")))
     names = META[label]["build_kernels"] + META[label]["own_kernels"]
-    return ncu.summarize(profiles, names, H200.families, ("wgmma", "tma"))
+    return executed.summarize(profiles, names, H200.families, ("wgmma", "tma"))
 
 
 @pytest.mark.parametrize("label", ["triton-gemm_tma", "cuda_ptx-gemm_tile_hopper"])

@@ -1,6 +1,6 @@
 """Math accounting from executed SASS (issue 12, item 4: "instructions executed means the work"): FLOPs per
 opcode, the required tensor-core family's share of the candidate's math and its ratio to the task's FLOPs,
-and the decision (ncu.work_check). On the fixtures recorded on the H200 (tests/fixtures/profiler) and on
+and the decision (executed.work_check). On the fixtures recorded on the H200 (tests/fixtures/profiler) and on
 hand-made source pages. CPU only."""
 
 import gzip
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from xlang.archs import families, get_arch
-from xlang.profiler import ncu
+from xlang.profiler import executed, ncu
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "profiler"
 META = json.loads((FIX / "recorded.json").read_text())
@@ -32,7 +32,7 @@ def _fixture_summary(label: str, task_flops: float) -> dict:
     profiles = ncu.merge(ncu.parse_source_page(_text(f"{label}.ncu_source.csv.gz")),
                          ncu.parse_details_page(_text(f"{label}.ncu_details.csv.gz")))
     names = META[label]["build_kernels"] + META[label]["own_kernels"]
-    return ncu.summarize(profiles, names, H200.families, ("wgmma", "tma"), task_flops=task_flops)
+    return executed.summarize(profiles, names, H200.families, ("wgmma", "tma"), task_flops=task_flops)
 
 
 # ---- the recorded fixtures ---------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def test_fixture_hgmma_flops_equal_the_task(label):
     assert s["tc_flops"] == pytest.approx(BIG, rel=0.02)  # in fact exact: 601,295,421,440
     assert s["math_flops"]["tensor_core"] == pytest.approx(BIG, rel=0.02)
     assert s["tc_share"] > 0.99 and s["tc_to_task"] == pytest.approx(1.0, rel=0.02)
-    assert ncu.work_check(s) is None
+    assert executed.work_check(s) is None
     # The counting rule, read from the fixture: each warpgroup HGMMA shows as 4 warp-level executions.
     hg = [ln for k in ncu.parse_source_page(_text(f"{label}.ncu_source.csv.gz")) for ln in k.lines
           if ln.opcode.startswith("HGMMA") and ln.threads > 0]
@@ -66,7 +66,7 @@ def test_fixture_fma_gemm_fails_the_work_check(label):
     assert s["math_flops"]["tensor_core"] == 0
     assert s["math_flops"]["other"] == pytest.approx(SMALL, rel=0.02)  # the FFMA loop did the GEMM
     assert s["tc_share"] == 0 and s["tc_to_task"] == 0
-    why = ncu.work_check(s)
+    why = executed.work_check(s)
     assert why and "wgmma did 0.0% of the math" in why and "FFMA did the rest" in why
 
 
@@ -75,7 +75,7 @@ def test_fixture_move_idiom_is_not_math():
     k = ncu.parse_source_page(_text("cuda_ptx-gemm_dead_wgmma.ncu_source.csv.gz"))[0]
     moves = [ln for ln in k.lines if ln.opcode == "HFMA2.MMA" and ln.threads > 0]
     assert moves and all("RZ" in ln.operands for ln in moves)
-    assert "HFMA2.MMA" not in ncu.kernel_math(k)["by_opcode"]
+    assert "HFMA2.MMA" not in executed.kernel_math(k)["by_opcode"]
 
 
 # ---- the price of each instruction -------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_fixture_move_idiom_is_not_math():
     ("FADD", "R1, -RZ, |R2|", 0),
 ])
 def test_instruction_flops(opcode, operands, per_thread):
-    rule, flops = ncu.instruction_flops(opcode, operands)
+    rule, flops = executed.instruction_flops(opcode, operands)
     assert flops == per_thread
     assert rule.source  # every rule says where its shape comes from
 
@@ -115,29 +115,29 @@ def test_instruction_flops(opcode, operands, per_thread):
 @pytest.mark.parametrize("opcode", ["IMAD", "IMAD.WIDE.U32", "MUFU.EX2", "FMNMX", "LDS", "F2FP.BF16.F32.PACK_AB",
                                     "UTMALDG.2D", "FSETP.GT.AND", "WARPGROUP.ARRIVE", "BRA"])
 def test_not_math(opcode):
-    assert ncu.instruction_flops(opcode, "R1, R2, R3") is None
+    assert executed.instruction_flops(opcode, "R1, R2, R3") is None
 
 
 @pytest.mark.parametrize("opcode", ["UTCHMMA", "UTCQMMA.2CTA", "UTCIMMA", "HGMMA", "HMMA", "HMMA.999.F32"])
 def test_math_of_unknown_size(opcode):
-    rule, flops = ncu.instruction_flops(opcode, "")
+    rule, flops = executed.instruction_flops(opcode, "")
     assert rule is not None and flops is None
 
 
 def test_every_rule_is_documented_and_matches_its_family():
     fams = families()
-    for rule in ncu.MATH_RULES:
+    for rule in executed.MATH_RULES:
         assert rule.kind in ("tensor_core", "other") and rule.source
     for op, fam in (("HGMMA.64x128x16.F32.BF16", "wgmma"), ("HMMA.16816.F32.BF16", "mma_sync"),
                     ("UTCHMMA", "tcgen05_mma")):
-        assert fams[fam].sass.search(op) and ncu.math_rule(op).kind == "tensor_core"
+        assert fams[fam].sass.search(op) and executed.math_rule(op).kind == "tensor_core"
 
 
 def test_tensor_core_family_comes_from_archs_toml():
-    assert ncu.tensor_core_families(H200.default_required, families()) == ["wgmma"]
-    assert ncu.tensor_core_families(B200.default_required, families()) == ["tcgen05_mma"]
-    assert ncu.tensor_core_families(("tma", "mbarrier"), families()) == []
-    assert ncu.family_math("ffma", families()) == "cuda_core"
+    assert executed.tensor_core_families(H200.default_required, families()) == ["wgmma"]
+    assert executed.tensor_core_families(B200.default_required, families()) == ["tcgen05_mma"]
+    assert executed.tensor_core_families(("tma", "mbarrier"), families()) == []
+    assert executed.family_math("ffma", families()) == "cuda_core"
 
 
 # ---- synthetic source pages --------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def _page(kernel: str, rows) -> str:
 
 
 def _summary(page: str, task_flops=None, arch=H200, names=("gemm_kernel",)) -> dict:
-    return ncu.summarize(ncu.parse_source_page(page), list(names), arch.families, arch.default_required,
+    return executed.summarize(ncu.parse_source_page(page), list(names), arch.families, arch.default_required,
                          families(), task_flops=task_flops)
 
 
@@ -175,7 +175,7 @@ def test_token_wgmma_with_fma_work_fails_the_share():
     s = _summary(page, TASK)
     assert s["missing"] == []  # the old check (more than zero threads) alone would say ok
     assert s["tc_share"] < 1e-5 and s["tc_to_task"] < 1e-5
-    why = ncu.work_check(s)
+    why = executed.work_check(s)
     assert why.startswith("wgmma did 0.0% of the math") and "FFMA did the rest" in why and "GFLOP" in why
 
 
@@ -186,7 +186,7 @@ def test_mma_sync_only_candidate_has_no_wgmma_share():
     s = _summary(page, TASK)
     assert s["math_flops"]["tensor_core"] == pytest.approx(TASK, rel=1e-3)  # tensor cores did it, but mma.sync
     assert s["tc_share"] < 1e-5
-    why = ncu.work_check(s)
+    why = executed.work_check(s)
     assert why and "HMMA did the rest" in why
 
 
@@ -197,14 +197,14 @@ def test_honest_wgmma_gemm_with_epilogue_passes():
                                  ("HFMA2.MMA R5, -RZ, RZ, 0, 0", 10_000, 320_000)])
     s = _summary(page, TASK)
     assert s["tc_to_task"] == pytest.approx(1.0) and s["tc_share"] > 0.999
-    assert ncu.work_check(s) is None
-    assert ncu.work_check(s, min_share=0.9999999) is not None  # the threshold is the caller's, and it bites
+    assert executed.work_check(s) is None
+    assert executed.work_check(s, min_share=0.9999999) is not None  # the threshold is the caller's, and it bites
 
 
 @pytest.mark.parametrize("factor, ok", [(0.25, False), (0.5, True), (1.0, True), (2.0, True), (4.0, False)])
 def test_ratio_to_the_task(factor, ok):
     s = _summary(_page("gemm_kernel", [_hgmma(int(ISSUES * factor)), ("UTMALDG.2D [UR8], [UR4]", 1, 1)]), TASK)
-    why = ncu.work_check(s, ratio=(0.5, 2.0))
+    why = executed.work_check(s, ratio=(0.5, 2.0))
     assert (why is None) is ok, why
     if not ok:
         assert f"{factor:g}x the task's FLOPs" in why
@@ -214,18 +214,18 @@ def test_half_share_is_the_boundary():
     page = _page("gemm_kernel", [_hgmma(ISSUES), ("UTMALDG.2D [UR8], [UR4]", 1, 1),
                                  ("FFMA R1, R2, R3, R1", FMAS // 32 + 1, FMAS + 32)])
     s = _summary(page, TASK)
-    assert s["tc_share"] < 0.5 and "wgmma did 50.0% of the math" in ncu.work_check(s)
+    assert s["tc_share"] < 0.5 and "wgmma did 50.0% of the math" in executed.work_check(s)
 
 
 def test_without_task_flops_only_the_share_is_checked():
     s = _summary(_page("gemm_kernel", [_hgmma(4 * ISSUES), ("UTMALDG.2D [UR8], [UR4]", 1, 1)]))
-    assert s["task_flops"] is None and s["tc_to_task"] is None and ncu.work_check(s) is None
+    assert s["task_flops"] is None and s["tc_to_task"] is None and executed.work_check(s) is None
 
 
 def test_no_tensor_core_family_required_is_not_checked():
-    s = ncu.summarize(ncu.parse_source_page(_page("k", [("FFMA R1, R2, R3, R1", 10, 320)])), ["k"],
+    s = executed.summarize(ncu.parse_source_page(_page("k", [("FFMA R1, R2, R3, R1", 10, 320)])), ["k"],
                       H200.families, ("tma",), families(), task_flops=TASK)
-    assert s["tc_families"] == [] and s["tc_share"] is None and ncu.work_check(s) is None
+    assert s["tc_families"] == [] and s["tc_share"] is None and executed.work_check(s) is None
 
 
 def test_math_in_other_kernels_counts_against_the_candidate():
@@ -233,12 +233,12 @@ def test_math_in_other_kernels_counts_against_the_candidate():
     page = (_page("gemm_tc", [_hgmma(1), ("UTMALDG.2D [UR8], [UR4]", 1, 1)])
             + _page("gemm_fma", [("FFMA R1, R2, R3, R1", FMAS // 32, FMAS)]))
     s = _summary(page, TASK, names=("gemm_tc", "gemm_fma"))
-    assert "FFMA did the rest" in ncu.work_check(s)
+    assert "FFMA did the rest" in executed.work_check(s)
 
 
 def test_no_math_at_all_fails():
     s = _summary(_page("gemm_kernel", [("UTMALDG.2D [UR8], [UR4]", 1, 1)]), TASK)
-    assert "no math" in ncu.work_check(s)
+    assert "no math" in executed.work_check(s)
 
 
 def test_blackwell_tcgen05_flops_are_unknown_but_the_sound_bound_holds():
@@ -247,11 +247,11 @@ def test_blackwell_tcgen05_flops_are_unknown_but_the_sound_bound_holds():
     s = _summary(honest, TASK, arch=B200)
     assert s["tc_families"] == ["tcgen05_mma"] and s["tc_flops"] is None and s["tc_unknown"] == "descriptor"
     assert "descriptor" in s["math_note"] and s["tc_share"] is None and s["tc_to_task"] is None
-    assert ncu.work_check(s) is None
+    assert executed.work_check(s) is None
     # FFMA work above 0.5x the task (at 80% share, 2x ratio; 3x here) fails whatever tcgen05 did.
     heavy = _page("gemm_kernel", [("UTCHMMA gdesc[UR4], gdesc[UR6], tmem[UR8], idesc[UR10]", 1, 1),
                                   ("FFMA R1, R2, R3, R1", 3 * FMAS // 32, 3 * FMAS)])
-    why = ncu.work_check(_summary(heavy, TASK, arch=B200))
+    why = executed.work_check(_summary(heavy, TASK, arch=B200))
     assert why and "exceeds" in why
 
 
@@ -259,9 +259,9 @@ def test_wgmma_without_its_shape_fails_closed():
     # Only the details page (base opcodes, no shapes): the share cannot be computed, so it is not a pass.
     prof = ncu.KernelProfile(name="gemm_kernel", per_opcode={"HGMMA": 128.0, "FFMA": 1e9, "UTMALDG": 1.0},
                              per_opcode_warps={"HGMMA": 4.0})
-    s = ncu.summarize([prof], ["gemm_kernel"], H200.families, ("wgmma", "tma"), families(), task_flops=TASK)
+    s = executed.summarize([prof], ["gemm_kernel"], H200.families, ("wgmma", "tma"), families(), task_flops=TASK)
     assert s["tc_flops"] is None and s["tc_unknown"] == "no_shape"
-    assert "cannot be checked" in ncu.work_check(s)
+    assert "cannot be checked" in executed.work_check(s)
 
 
 def test_unknown_math_outside_the_family_fails_closed():
@@ -269,7 +269,7 @@ def test_unknown_math_outside_the_family_fails_closed():
                                  ("HMMA.999.F32 R0, R4, R8, R0", 10, 320)])
     s = _summary(page, TASK)
     assert s["tc_flops"] == pytest.approx(TASK) and s["tc_share"] is None
-    assert "cannot be checked" in ncu.work_check(s)
+    assert "cannot be checked" in executed.work_check(s)
 
 
 def test_malformed_rows_are_ignored_safely():
@@ -286,7 +286,7 @@ def test_malformed_rows_are_ignored_safely():
     s = _summary(page, TASK)
     assert math.isfinite(s["math_flops"]["other"]) and s["math_flops"]["other"] == 2 * 32
     assert s["tc_flops"] is None and s["tc_unknown"] == "no_shape"  # the shapeless HGMMA row: fail closed
-    assert ncu.work_check(s) is not None
+    assert executed.work_check(s) is not None
 
 
 def test_summary_keys_are_json():
@@ -317,9 +317,9 @@ def test_fixture_source_page_printing_a_kernel_twice_counts_each_launch_once():
     for p in profiles:  # each launch kept its SASS lines, and they add up to its own executed total
         assert p.lines and sum(ln.threads for ln in p.lines) == sum(p.per_opcode.values())
     task_flops = get_task("attn_bwd").flops(META[label]["shape"])
-    s = ncu.summarize(profiles, META[label]["build_kernels"], H200.families, ("wgmma", "tma"), task_flops=task_flops)
+    s = executed.summarize(profiles, META[label]["build_kernels"], H200.families, ("wgmma", "tma"), task_flops=task_flops)
     assert s["tc_to_task"] == pytest.approx(1.4, rel=0.01) and s["tc_share"] > 0.99
-    assert ncu.work_check(s) is None
+    assert executed.work_check(s) is None
 
 
 def test_merge_pairs_launches_by_their_own_totals():
@@ -344,13 +344,13 @@ def test_tensor_core_opcodes_come_from_archs_toml_for_the_math_and_the_mix():
     from xlang.report.tables import mix_class
 
     listed = tensor_core_opcodes()
-    assert [r.name for r in ncu.MATH_RULES if r.kind == "tensor_core"] == [op.name for op in listed]
+    assert [r.name for r in executed.MATH_RULES if r.kind == "tensor_core"] == [op.name for op in listed]
     # The spellings ncu and the report used before they were read from archs.toml, and the three each lacked.
     assert [op.name for op in listed] == ["HGMMA", "IGMMA", "QGMMA", "BGMMA", "HMMA", "IMMA", "DMMA", "BMMA", "QMMA",
                                           "OMMA", "UTCMMA"]
     for opcode, mix in (("HGMMA", "wgmma / tcgen05"), ("UTCHMMA", "wgmma / tcgen05"), ("UTCQMMA", "wgmma / tcgen05"),
                         ("HMMA", "mma.sync"), ("DMMA", "mma.sync"), ("BMMA", "mma.sync"), ("OMMA", "mma.sync")):
         assert mix_class(opcode) == f"tensor core: {mix}"
-        assert ncu.math_rule(opcode).kind == "tensor_core"
-    assert ncu.instruction_flops("QMMA.16832.F32.E4M3.E4M3", "")[1] == 2 * 16 * 8 * 32 / 32
-    assert mix_class("IMAD") == "integer, address and other" and ncu.math_rule("IMAD") is None
+        assert executed.math_rule(opcode).kind == "tensor_core"
+    assert executed.instruction_flops("QMMA.16832.F32.E4M3.E4M3", "")[1] == 2 * 16 * 8 * 32 / 32
+    assert mix_class("IMAD") == "integer, address and other" and executed.math_rule("IMAD") is None

@@ -4,7 +4,7 @@ in tests/fixtures/profiler/ (see test_profiler_fixtures.py); these are small han
 
 import pytest
 
-from xlang.profiler import ncu, sanitizer
+from xlang.profiler import executed, ncu, sanitizer
 
 SOURCE_PAGE = '''==PROF== Connected to process 1234
 "Kernel Name","gemm_kernel"
@@ -28,7 +28,7 @@ def test_parse_source_page():
 
 def test_summarize_candidate_and_forbidden():
     kernels = ncu.parse_source_page(SOURCE_PAGE)
-    s = ncu.summarize(kernels, ["gemm_kernel"], ["wgmma", "tma", "mbarrier", "mma_sync", "ffma"], ["wgmma", "tma"])
+    s = executed.summarize(kernels, ["gemm_kernel"], ["wgmma", "tma", "mbarrier", "mma_sync", "ffma"], ["wgmma", "tma"])
     assert s["families"]["wgmma"] == 819200 and s["families"]["tma"] == 1280 and s["families"]["mbarrier"] == 16000
     assert s["families"]["mma_sync"] == 0  # the vendor kernel's HMMA does not count
     assert s["missing"] == []
@@ -39,7 +39,7 @@ def test_summarize_candidate_and_forbidden():
 
 def test_summarize_dead_family_is_missing():
     page = SOURCE_PAGE.replace('"25,600","819,200","819,200"', '"0","0","0"')
-    s = ncu.summarize(ncu.parse_source_page(page), ["gemm_kernel"], ["wgmma", "tma"], ["wgmma", "tma"])
+    s = executed.summarize(ncu.parse_source_page(page), ["gemm_kernel"], ["wgmma", "tma"], ["wgmma", "tma"])
     assert s["missing"] == ["wgmma"]
 
 
@@ -54,8 +54,8 @@ def test_per_opcode_instances_and_family_of_base_opcode():
         "HGMMA": 819200.0, "SYNCS": 16000.0, "IMAD": 1024.0}
     from xlang.archs import families
 
-    assert ncu.classify_opcode("SYNCS", ["mbarrier"], families()) == "mbarrier"
-    assert ncu.classify_opcode("UTMALDG", ["wgmma", "tma"], families()) == "tma"
+    assert executed.classify_opcode("SYNCS", ["mbarrier"], families()) == "mbarrier"
+    assert executed.classify_opcode("UTMALDG", ["wgmma", "tma"], families()) == "tma"
 
 
 @pytest.mark.parametrize("profiled, candidate, same", [

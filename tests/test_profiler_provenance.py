@@ -14,7 +14,7 @@ import pytest
 
 from xlang import census
 from xlang.archs import get_arch
-from xlang.profiler import ncu
+from xlang.profiler import ncu, sass_identity
 from xlang.profiler.stages.ncu import ncu_judgement, ncu_provenance
 from xlang.task import get_task
 
@@ -54,10 +54,10 @@ def test_a_profiled_kernel_is_its_build_instruction_for_instruction(label, sourc
     instructions); the cuda_ptx kernel's name differs between the two builds (the anonymous namespace carries a
     hash), and the code still decides."""
     build = _build(source, lang, shape, tmp_path)
-    index = ncu.module_index([census.listing(Path(m)) for m in _spec(build, shape)["build_modules"]])
+    index = sass_identity.module_index([census.listing(Path(m)) for m in _spec(build, shape)["build_modules"]])
     (profile,) = ncu.parse_source_page(gzip.open(FIX / f"{label}.ncu_source.csv.gz", "rt").read())
-    assert ncu.sass_identity(profile, index) == build.kernels[0].name
-    assert len(ncu.profiled_code(profile)) in (384, 1024)
+    assert sass_identity.sass_identity(profile, index) == build.kernels[0].name
+    assert len(sass_identity.profiled_code(profile)) in (384, 1024)
 
 
 def test_an_own_kernel_named_like_a_vendors_compiled_at_run_time_is_the_candidates(tmp_path):
@@ -124,11 +124,11 @@ def test_targets_reuse_flags_spacing_and_relocations_are_evened_out():
         /*0030*/                   EXIT ;                                  /* 0x000000000000794d */
     """)
     assert [len(v[0]) for v in listing.values()] == [4]
-    index = ncu.module_index([listing])
-    assert ncu.sass_identity(profile, index) == "k"
+    index = sass_identity.module_index([listing])
+    assert sass_identity.sass_identity(profile, index) == "k"
     changed = dataclasses.replace(profile, lines=profile.lines[:1] + [_line(base + 0x10, "@P1   BRA 0x7f03af7a4b30")]
                                   + profile.lines[2:])
-    assert ncu.sass_identity(changed, index) is False  # another predicate: another instruction
+    assert sass_identity.sass_identity(changed, index) is False  # another predicate: another instruction
     reused = census.parse_listing(listing_text := """
         Function : k
         /*0000*/                   LDC R1.reuse, c[0x0][0x28] ;            /* 0x00000a00ff017b82 */
@@ -136,7 +136,7 @@ def test_targets_reuse_flags_spacing_and_relocations_are_evened_out():
         /*0020*/                   MOV R2, 0x1234 ;                        /* 0x0000000000880947 */
         /*0030*/                   EXIT;                                   /* 0x000000000000794d */
     """)
-    assert listing_text and ncu.sass_identity(profile, ncu.module_index([reused])) == "k"
+    assert listing_text and sass_identity.sass_identity(profile, sass_identity.module_index([reused])) == "k"
     # A call into a subroutine of the same function (the cuda_ptx attention expert's division slow path is one):
     # absolute on the page, relative in the listing, or relative in both.
     call = census.parse_listing("""
@@ -148,7 +148,7 @@ def test_targets_reuse_flags_spacing_and_relocations_are_evened_out():
     for target, ret in ((hex(base + 0x20), hex(base)), ("0x20", "0x0")):
         page = ncu.KernelProfile("c", [_line(base, f"CALL.REL.NOINC {target}"), _line(base + 0x10, "EXIT"),
                                        _line(base + 0x20, f"RET.REL.NODEC R2 {ret}")])
-        assert ncu.sass_identity(page, ncu.module_index([call])) == "c"
+        assert sass_identity.sass_identity(page, sass_identity.module_index([call])) == "c"
     # Printed apart on the H200 (harness 5's experts, 2026-12-01): a comma on the page where the listing has a space,
     # and operands in another order.
     seen = census.parse_listing("""
@@ -161,12 +161,12 @@ def test_targets_reuse_flags_spacing_and_relocations_are_evened_out():
                                    _line(base + 0x20, f"RET.REL.NODEC R2, {hex(base)}")])
     page = dataclasses.replace(page, lines=[_line(base, "LDGSTS.E.64 desc[UR22][R6.64], P2, [R202+0x18000]")]
                                + page.lines[1:])
-    assert ncu.sass_identity(page, ncu.module_index([seen])) == "s"
+    assert sass_identity.sass_identity(page, sass_identity.module_index([seen])) == "s"
     for wrong in ("LDGSTS.E.64 desc[UR22][R6.64], P3, [R202+0x18000]", "LDGSTS.E.128 desc[UR22][R6.64], P2, "
                   "[R202+0x18000]", "@P0 LDGSTS.E.64 desc[UR22][R6.64], P2, [R202+0x18000]"):
         other = dataclasses.replace(page, lines=[_line(base, wrong)] + page.lines[1:])
-        assert ncu.sass_identity(other, ncu.module_index([seen])) is False, wrong
-    assert ncu.sass_identity(ncu.KernelProfile("k", []), index) is None  # no listing: no evidence either way
+        assert sass_identity.sass_identity(other, sass_identity.module_index([seen])) is False, wrong
+    assert sass_identity.sass_identity(ncu.KernelProfile("k", []), index) is None  # no listing: no evidence either way
 
 
 def test_a_cutedsl_kernel_keeps_the_name_rule_when_its_code_matches_nothing():

@@ -75,7 +75,7 @@ def parse_listing(text: str) -> dict[str, list[list[tuple[int, str]]]]:
 
 def listing(binary: Path) -> dict[str, list[list[tuple[int, str]]]]:
     """The SASS of every function of a cubin (or of every cubin embedded in an ELF/.so/fatbin), instruction by
-    instruction: what Nsight Compute's source page is compared with (xlang.profiler.ncu.same_code)."""
+    instruction: what Nsight Compute's source page is compared with (xlang.profiler.sass_identity.same_code)."""
     stat = Path(binary).stat()
     return _listing(str(binary), stat.st_mtime_ns, stat.st_size)
 

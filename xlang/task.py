@@ -196,7 +196,7 @@ class Task:
     # "normal" (N(0,1)) is first; the others are adversarial for precision shortcuts (see the task's module).
     input_kinds: tuple[str, ...] = ("normal",)
     # "Instructions executed" means the work (Nsight Compute, executed SASS): the required tensor-core family's
-    # share of the candidate's math, and its FLOPs against the task's (xlang.profiler.ncu.work_check). Share and
+    # share of the candidate's math, and its FLOPs against the task's (xlang.profiler.executed.work_check). Share and
     # cap together leave other math (FFMA, mma.sync) at most cap * (1 - share) / share of the task: 0.5x here.
     # The accumulator precision the contract asks for: with "fp32", MMAs that accumulate in fp16 (archs.toml
     # narrow_accumulate: in the SASS, or executed under Nsight Compute) make the candidate incorrect.
@@ -204,7 +204,7 @@ class Task:
     min_tc_share: float = 0.8
     tc_flops_ratio: tuple[float, float] = (0.5, 2.0)
     # "Correct" means the GPU computed it: the candidate's own kernels must execute at least this multiple of the
-    # task's FLOPs at the profiled shape, whatever the instructions (xlang.profiler.ncu.gpu_compute_check).
+    # task's FLOPs at the profiled shape, whatever the instructions (xlang.profiler.executed.gpu_compute_check).
     min_gpu_flops_ratio: float = 0.5
     # Public kernels timed beside the vendor baseline when their packages are installed (xlang.profiler.judge).
     peers: tuple[Peer, ...] = ()

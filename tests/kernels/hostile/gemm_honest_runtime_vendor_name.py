@@ -8,7 +8,7 @@ saw it, and its name holds a vendor library's name. Honest models choose configu
 and name kernels like this all the time.
 
 An honest judge must conclude: ok. The kernel Nsight Compute profiles is, instruction for instruction, a cubin
-the candidate's own JIT wrote into its private cache during that stage (xlang.profiler.ncu.sass_identity), so it
+the candidate's own JIT wrote into its private cache during that stage (xlang.profiler.sass_identity.sass_identity), so it
 is the candidate's whatever its name; judged by name it was forbidden_call (the false accusation of issue 31).
 """
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from xlang import verdict as V
+from xlang.profiler import executed, sass_identity
 from xlang.profiler import ncu as ncu_mod
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages.base import Failure, StageBase, take_output
@@ -103,7 +104,7 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_mo
     decided, forbidden = ncu_provenance(profiles, spec, jit_modules)
     names = sorted({d["name"] for d in decided if d["by"] != "forbidden"})
     shape = spec["ncu_trials"][-1][0]
-    summary = ncu_mod.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
+    summary = executed.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
     info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary, "provenance": decided}
     # every launch under a name must be the candidate's code (an impostor first and the real kernel after is False)
     identity: dict[str, bool] = {}
@@ -118,14 +119,14 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_mo
     if getattr(task, "accumulator", "fp32") == "fp32":
         from xlang.archs import families
 
-        executed = executed_narrow_accumulate(profiles, set(names), {f: families()[f] for f in arch.families})
-        info["narrow_accumulate"] = executed
-        if executed:
-            return info, (V.INCORRECT, narrow_accumulate_detail(executed, "Nsight Compute, executed"))
+        narrow = executed_narrow_accumulate(profiles, set(names), {f: families()[f] for f in arch.families})
+        info["narrow_accumulate"] = narrow
+        if narrow:
+            return info, (V.INCORRECT, narrow_accumulate_detail(narrow, "Nsight Compute, executed"))
     # The GPU computed the answer (issue 40): before the families, since a token kernel also misses them.
-    info["gpu_compute"] = ncu_mod.gpu_compute_check(summary, task.min_gpu_flops_ratio)
+    info["gpu_compute"] = executed.gpu_compute_check(summary, task.min_gpu_flops_ratio)
     info["share_rule"] = {"min_share": task.min_tc_share, "ratio": list(task.tc_flops_ratio),
-                          "other_bound": ncu_mod.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])}
+                          "other_bound": executed.other_math_bound(task.min_tc_share, task.tc_flops_ratio[1])}
     if info["gpu_compute"]["status"] == "off_gpu":
         return info, (V.HOST_COMPUTE, info["gpu_compute"]["detail"] + ": the answer was not computed on the GPU")
     if summary["missing"]:
@@ -135,7 +136,7 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_mo
         return info, (V.NOT_EXECUTED, f"required famil{'y' if len(summary['missing']) == 1 else 'ies'} "
                                       f"{', '.join(summary['missing'])} executed by 0 threads at run time "
                                       f"(predicated-on threads: {counts}){extra}")
-    why = ncu_mod.work_check(summary, min_share=task.min_tc_share, ratio=task.tc_flops_ratio)
+    why = executed.work_check(summary, min_share=task.min_tc_share, ratio=task.tc_flops_ratio)
     if why:
         return info, (V.NOT_EXECUTED, why)
     return info, None
@@ -177,16 +178,16 @@ def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], li
                 listings.append(census.listing(Path(path)))
             except (OSError, RuntimeError, subprocess.SubprocessError):
                 continue  # a module that cannot be disassembled matches nothing
-        for n, entries in ncu_mod.module_index(listings).items():
+        for n, entries in sass_identity.module_index(listings).items():
             index.setdefault(n, []).extend(entries)
 
     decided, forbidden = [], []
     for p in profiles:
         load("build")
-        matched = ncu_mod.sass_identity(p, index)
+        matched = sass_identity.sass_identity(p, index)
         if matched is False and sources["jit"]:
             load("jit")
-            matched = ncu_mod.sass_identity(p, index)
+            matched = sass_identity.sass_identity(p, index)
         entry = {"name": p.name}
         if isinstance(matched, str):
             entry.update(by="code", matched=matched)
@@ -202,7 +203,7 @@ def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], li
             else:
                 entry.update(by="forbidden", why=f"{why}, and its build compiled no kernel of that name")
         else:
-            differs = ncu_mod.first_difference(p, index)
+            differs = sass_identity.first_difference(p, index)
             entry.update(by="forbidden", why="its SASS matches, instruction for instruction, none of the modules the "
                                              "candidate's toolchain produced in this evaluation (its build, the "
                                              "cubins its JIT wrote into its cache)"

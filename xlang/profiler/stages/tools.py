@@ -48,7 +48,7 @@ JIT_MODULES_MAX_BYTES = 1 << 30
 def collect_jit_modules(home: Path | None, jit_cache: str | None, stage_dir: Path) -> list[str]:
     """Copies of the cubins the candidate's JIT wrote into its private cache during this stage (Backend.jit_cache
     in its home), in a folder of the judge's own made after the candidate's processes are gone: the modules a
-    kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.ncu.sass_identity). Walked
+    kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.sass_identity.sass_identity). Walked
     and read by descriptors, never through a link (sandbox.untrusted_files), at most 64 MiB each; a candidate can
     put any cubin there, so a vendor cubin it copies in counts as its own (README, residual risks)."""
     import tempfile
