@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from xlang import resources, sandbox
+from xlang import resources, sandbox, untrusted
 from xlang.archs import get_arch
 from xlang.backend import build_candidate
 from xlang.profiler.evaluate import EvalOptions, evaluate
@@ -94,8 +94,8 @@ def test_the_judges_writes_refuse_a_planted_name(tmp_path):
     link = tmp_path / "j" / "result.json"
     link.symlink_to(outside / "result.json")
     with pytest.raises(FileExistsError):
-        sandbox.write_new(link, "x")
-    sandbox.replace_file(link, "judged")
+        untrusted.write_new(link, "x")
+    untrusted.replace_file(link, "judged")
     assert not link.is_symlink() and link.read_text() == "judged" and not (outside / "result.json").exists()
     (tmp_path / "j" / "check").symlink_to(outside)
     fresh = _fresh_folder(tmp_path / "j", "check")
@@ -112,11 +112,11 @@ def test_untrusted_trees_are_copied_without_links(tmp_path):
     (src / "ab" / "link.cubin").symlink_to(secret / "key.cubin")
     (src / "dir-link").symlink_to(secret)
     (src / "..hidden").write_text("x")
-    assert sandbox.copy_untrusted_tree(src, tmp_path / "copy") == 1
+    assert untrusted.copy_untrusted_tree(src, tmp_path / "copy") == 1
     assert _tree(tmp_path / "copy") == {"ab": (False, 4096), "ab/k.cubin": (False, 3)}
-    assert [rel for rel, _ in sandbox.untrusted_files(src, ".cubin")] == ["ab/k.cubin"]
-    assert sandbox.read_untrusted_below(src, "dir-link/key.cubin", 100) is None
-    assert sandbox.read_untrusted_below(src, "ab/k.cubin", 100) == b"own"
+    assert [rel for rel, _ in untrusted.untrusted_files(src, ".cubin")] == ["ab/k.cubin"]
+    assert untrusted.read_untrusted_below(src, "dir-link/key.cubin", 100) is None
+    assert untrusted.read_untrusted_below(src, "ab/k.cubin", 100) == b"own"
 
 
 # ---- 2. one jail for every stage: the tool and its target inside it ------------------------------------

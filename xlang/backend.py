@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xlang import build_cache, resources, sandbox
+from xlang import build_cache, resources, sandbox, untrusted
 from xlang.archs import archs
 from xlang.candidate import load_module
 from xlang.census import Census, take_census
@@ -103,7 +103,7 @@ class BuildResult:
         return cls(**d)
 
     def save(self) -> Path:
-        return sandbox.replace_file(Path(self.workdir) / "build.json", json.dumps(self.to_dict(), indent=1))
+        return untrusted.replace_file(Path(self.workdir) / "build.json", json.dumps(self.to_dict(), indent=1))
 
 
 class Backend(ABC):
@@ -344,7 +344,7 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
                                                    hidden=peer_library_folders()))
     if child.timed_out:
         return None, f"the build ({what}) exceeded {timeout_s:.0f} s{BUILD_TIMEOUT_MARK}", child.stdout
-    text = sandbox.read_untrusted(child_dir / "static_build.json", limit=8 << 20)
+    text = untrusted.read_untrusted(child_dir / "static_build.json", limit=8 << 20)
     try:
         report = json.loads(text) if text is not None else None
     except json.JSONDecodeError:
@@ -361,16 +361,16 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
             if not isinstance(k, dict) or not isinstance(k.get(key), str):
                 continue
             if k[key] not in copies:
-                data = sandbox.read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
+                data = untrusted.read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
                 if data is None:
                     return None, f"the build named a file that is not a regular file of its own: {k[key][:200]}", ""
-                copies[k[key]] = str(sandbox.replace_file(workdir / f"k{len(copies)}.{key}", data))
+                copies[k[key]] = str(untrusted.replace_file(workdir / f"k{len(copies)}.{key}", data))
             k[key] = copies[k[key]]
     if jit_cache and report.get("ok"):
         old = workdir / JIT_CACHE_COPY
         if old.is_dir() and not old.is_symlink():  # a rebuild in a kept folder
             shutil.rmtree(old)
-        sandbox.copy_untrusted_tree(child_dir / jit_cache, old)
+        untrusted.copy_untrusted_tree(child_dir / jit_cache, old)
     return report, None, child.stdout
 
 
@@ -553,7 +553,7 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
     workdir.mkdir(parents=True, exist_ok=True)
     source_text = read_source(source) if isinstance(source, Path) else source
     source_path = workdir / f"candidate{backend.suffix}"
-    sandbox.replace_file(source_path, source_text)
+    untrusted.replace_file(source_path, source_text)
     start = time.monotonic()
     key = build_cache.key(source_text, backend, task, arch, shape, required) if cache else None
     hit = build_cache.lookup(key, workdir, BuildResult.from_dict) if key else None

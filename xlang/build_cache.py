@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 
 import xlang
-from xlang.sandbox import copy_untrusted_file, replace_file, write_new
 from xlang.toolchain import nvcc_version
+from xlang.untrusted import copy_untrusted_file, replace_file, write_new
 
 FORMAT = 1  # bumped when the entry layout changes
 CACHE_ENV = "XLANG_BUILD_CACHE"

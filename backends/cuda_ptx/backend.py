@@ -14,10 +14,9 @@ from pathlib import Path
 
 from xlang.backend import Backend, BuildResult, KernelImage, trim_log
 from xlang.census import disassemble
-from xlang.sandbox import replace_file
 from xlang.task import ENTRY_POINT
 from xlang.toolchain import require_tool
-
+from xlang.untrusted import replace_file
 
 # No import of xlang.agent here: the jailed runner loads this module without the agent package (sandbox._RUNNER_SKIP).
 _FRAME_LINE = re.compile(r"\s+\d+ bytes stack frame, \d+ bytes spill stores, \d+ bytes spill loads")
@@ -129,7 +128,7 @@ class CudaPtxBackend(Backend):
         result.ptxas_v = "\n".join(report)[:_PTXAS_V_CHARS]
         ptx = workdir / "candidate.ptx"
         ptx_proc = subprocess.run([str(require_tool("cuobjdump")), "-ptx", str(so)], capture_output=True, text=True)
-        replace_file(ptx, ptx_proc.stdout)  # never through a link (sandbox.replace_file)
+        replace_file(ptx, ptx_proc.stdout)  # never through a link (untrusted.replace_file)
         result.kernels = [KernelImage(name, str(so), str(ptx)) for name in disassemble(so)]
         result.load_path = str(so)
         result.ok = True

@@ -49,7 +49,8 @@ from xlang.profiler.pipeline import (GPU_STAGES, STAGES, Context, Failure, Job, 
 from xlang.profiler.stages.ncu import NCU_ATTEMPTS
 from xlang.profiler.stages.peers import check_limit, peer_specs
 from xlang.profiler.stages.timing import TimingGate
-from xlang.sandbox import copy_untrusted_file, level as isolation_level, replace_file
+from xlang.sandbox import level as isolation_level
+from xlang.untrusted import copy_untrusted_file, replace_file
 from xlang.task import peer_library_folders
 
 

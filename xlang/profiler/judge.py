@@ -50,14 +50,14 @@ from xlang.profiler.stages.tools import run_tool_stage
 
 class _Progress:
     def __init__(self, path: str | None):
-        from xlang.sandbox import write_new
+        from xlang.untrusted import write_new
 
         self.path = path
         if path:
             write_new(path, "")  # in the judge's own (fresh) folder: a name already there is not ours
 
     def __call__(self, text: str) -> None:
-        from xlang.sandbox import append_judge_file
+        from xlang.untrusted import append_judge_file
 
         if self.path:
             append_judge_file(self.path, f"{time.monotonic():.3f} {text}\n")
@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
         result = {"status": "harness_error", "detail": "judge failed: " + "".join(
             traceback.format_exception_only(type(e), e)).strip()[:3000], "traceback": traceback.format_exc()[-6000:]}
     result["pid"] = os.getpid()
-    from xlang.sandbox import replace_file
+    from xlang.untrusted import replace_file
 
     replace_file(spec["out"], json.dumps(result, default=str))
     sys.stdout.flush()

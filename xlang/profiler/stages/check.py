@@ -140,7 +140,7 @@ class Provenance:
             self._add(Path(cubin))
 
     def _add(self, path: Path) -> None:
-        from xlang.sandbox import read_untrusted_bytes
+        from xlang.untrusted import read_untrusted_bytes
 
         data = read_untrusted_bytes(path, 64 << 20)
         if data:
@@ -149,7 +149,7 @@ class Provenance:
     def rescan(self) -> None:
         """Hash the cubins the language's JIT wrote into its cache in the candidate's home: only there, so a
         cubin of another toolchain (nvcc or Triton run by a CuTe DSL or cuda_ptx candidate) is not its own."""
-        from xlang.sandbox import untrusted_files
+        from xlang.untrusted import untrusted_files
 
         if self.home is None or not self.jit_cache:
             return

@@ -14,7 +14,8 @@ from xlang import verdict as V
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages.process import stage_uids
-from xlang.sandbox import ChildResult, kill_uid, read_untrusted, run_child, write_new
+from xlang.sandbox import ChildResult, kill_uid, run_child
+from xlang.untrusted import read_untrusted, write_new
 
 JUDGE_MODULE = "xlang.profiler.judge"
 

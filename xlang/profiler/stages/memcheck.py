@@ -10,8 +10,8 @@ from xlang.profiler import sanitizer as san_mod
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages.base import Failure, StageBase, take_output
 from xlang.profiler.stages.launch import run_stage, stage_env, stage_failure
-from xlang.sandbox import read_untrusted
 from xlang.toolchain import find_tool
+from xlang.untrusted import read_untrusted
 
 
 def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, cancel=None):

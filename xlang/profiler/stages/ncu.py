@@ -19,8 +19,8 @@ from xlang.profiler.stages.base import Failure, StageBase, take_output
 from xlang.profiler.stages.census import narrow_accumulate_detail
 from xlang.profiler.stages.check import _UTILITY_KERNEL
 from xlang.profiler.stages.launch import _tail, run_stage, stage_env, stage_failure
-from xlang.sandbox import write_new
 from xlang.toolchain import find_tool
+from xlang.untrusted import write_new
 
 
 def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, cancel=None,

@@ -68,7 +68,8 @@ class Runner:
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
         from xlang.backend import jit_env
-        from xlang.sandbox import Jail, _Tail, child_env, copy_untrusted_tree
+        from xlang.sandbox import Jail, _Tail, child_env
+        from xlang.untrusted import copy_untrusted_tree
 
         self.role, self.observer, self.killed = role, observer, False
         self.watch = None  # the stage's GpuWatch (the candidate's runner only), armed by start()
@@ -289,7 +290,8 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
     its log or report without its injection failure's signature. Decided by our probe, never by the
     candidate's run, so a candidate cannot make its own stage fail to get a weaker jail. Kept per machine (the
     tool's command, bubblewrap, the kernel) in XLANG_CACHE/jail-ladder. -> (variant, what each probe gave)."""
-    from xlang.sandbox import VARIANTS, bwrap_path, level, replace_file
+    from xlang.sandbox import VARIANTS, bwrap_path, level
+    from xlang.untrusted import replace_file
 
     if level() == "process":
         return "uid", [{"variant": "uid", "ok": None, "why": "no bubblewrap here"}]
@@ -320,7 +322,8 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
 def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
     # 40 s: a tool that hangs at one variant must leave the stage (300 s) time for the next ones and its run
     from xlang.backend import jit_env
-    from xlang.sandbox import Jail, child_env, kill_uid, read_untrusted, read_untrusted_bytes, run_child
+    from xlang.sandbox import Jail, child_env, kill_uid, run_child
+    from xlang.untrusted import read_untrusted, read_untrusted_bytes
 
     home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=spec["stage_dir"]))
     uid = stage_uids(spec)[0]

@@ -14,7 +14,7 @@ from xlang.profiler.stages.calls import Call, _make_inputs
 from xlang.profiler.stages.check import (_UTILITY_KERNEL, _flush, _own_names, call_evidence, host_evidence,
                                          process_cpu_ms, verify)
 from xlang.profiler.stages.process import Runner, RunnerGone
-from xlang.sandbox import replace_file
+from xlang.untrusted import replace_file
 
 
 def _stats(ms: list[float]) -> dict:
@@ -42,7 +42,7 @@ def wait_at_gate(spec_timing: dict, progress) -> bool:
     if not gate:
         return True
     progress("timing: waiting for memcheck and Nsight Compute to leave the GPU")
-    from xlang.sandbox import write_new
+    from xlang.untrusted import write_new
 
     try:
         write_new(spec_timing["gate_waiting"], "")  # the parent stops our clock while we wait

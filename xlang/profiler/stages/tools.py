@@ -31,7 +31,7 @@ def run_tool_stage(ctx, progress) -> dict:
 
 def _collect_tool_output(runner: "Runner", spec: dict) -> None:
     """The tool's log and report are copied out of the candidate's home into the judge's folder."""
-    from xlang.sandbox import read_untrusted_bytes, write_new
+    from xlang.untrusted import read_untrusted_bytes, write_new
 
     for source, name in ((runner.tool_log, "tool.log"), (Path(str(runner.tool_report) + ".ncu-rep"), "report.ncu-rep")):
         data = read_untrusted_bytes(source, 1 << 30) if source is not None else None
@@ -49,11 +49,11 @@ def collect_jit_modules(home: Path | None, jit_cache: str | None, stage_dir: Pat
     """Copies of the cubins the candidate's JIT wrote into its private cache during this stage (Backend.jit_cache
     in its home), in a folder of the judge's own made after the candidate's processes are gone: the modules a
     kernel Nsight Compute profiled may be, instruction for instruction (xlang.profiler.sass_identity.sass_identity). Walked
-    and read by descriptors, never through a link (sandbox.untrusted_files), at most 64 MiB each; a candidate can
+    and read by descriptors, never through a link (untrusted.untrusted_files), at most 64 MiB each; a candidate can
     put any cubin there, so a vendor cubin it copies in counts as its own (README, residual risks)."""
     import tempfile
 
-    from xlang.sandbox import untrusted_files, write_new
+    from xlang.untrusted import untrusted_files, write_new
 
     if home is None or not jit_cache:
         return []
