@@ -462,7 +462,7 @@ def test_process_start_time_names_one_process():
 
 
 # ---- a judge dies with its caller -------------------------------------------------------------------------
-_CHILD = ("import os, sys, time; from xlang.sandbox import die_with_parent; die_with_parent(int(sys.argv[1])); "
+_CHILD = ("import os, sys, time; from xlang.children import die_with_parent; die_with_parent(int(sys.argv[1])); "
           "print(os.getpid(), flush=True); time.sleep(60)")
 _PARENT = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', sys.argv[1], str(__import__('os')."
            "getpid())], stdout=sys.stdout, start_new_session=True); time.sleep(60)")

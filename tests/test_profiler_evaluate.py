@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from xlang import verdict as V
+from xlang.children import run_child
 from xlang.profiler import evaluate as ev
 from xlang.profiler.stages import launch, memcheck, ncu, timing
-from xlang.sandbox import run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD = ROOT / "tests" / "kernels" / "bad"
@@ -61,7 +61,7 @@ def test_sandbox_child_abort_is_contained():
 
 
 def _fake_run(result, progress="1.0 trial shape=M=8 trial=0 seed=1: candidate call\n"):
-    from xlang.sandbox import ChildResult
+    from xlang.children import ChildResult
 
     return launch.StageRun(ChildResult(0, "", "", False, 0.1), result, progress, 0.1)
 
@@ -72,7 +72,7 @@ def test_stage_failure_categories():
     assert cat == V.INCORRECT and "C[0, 1]" in detail
     cat, _ = launch.stage_failure("check", _fake_run({"status": "runtime_error", "detail": "CUDA error"}), 10)
     assert cat == V.RUNTIME_ERROR
-    from xlang.sandbox import ChildResult
+    from xlang.children import ChildResult
 
     dead = launch.StageRun(ChildResult(-11, "", "boom", False, 0.1), None, "1.0 trial x: candidate call\n", 0.1)
     cat, detail = launch.stage_failure("check", dead, 10)
@@ -292,7 +292,7 @@ def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_execute
     """A call that ran and passed while its kernels went to another thread: Nsight Compute's NVTX range (per
     thread) holds no kernel, it writes no report and says so. That is not_executed with the reason, not a
     runtime error with an empty explanation (H200, 2026-11-30: gemm_side_thread.py)."""
-    from xlang.sandbox import ChildResult
+    from xlang.children import ChildResult
 
     calls = []
 

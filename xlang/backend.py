@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xlang import build_cache, resources, sandbox, untrusted
+from xlang import build_cache, children, resources, sandbox, untrusted
 from xlang.archs import archs
 from xlang.candidate import load_module
 from xlang.census import Census, take_census
@@ -338,7 +338,7 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     if child_dir.exists() or child_dir.is_symlink():  # a rebuild in a kept folder: the old child's files go
         shutil.rmtree(child_dir) if child_dir.is_dir() and not child_dir.is_symlink() else child_dir.unlink()
     child_dir.mkdir(mode=0o700)
-    child = sandbox.python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
+    child = children.python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
                                  timeout=timeout_s, cwd=child_dir, env={**jit_env(child_dir), **env},
                                  jail=sandbox.Jail(home=child_dir, readable=[source_path],
                                                    hidden=peer_library_folders()))

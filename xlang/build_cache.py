@@ -86,7 +86,8 @@ def key(source: str, backend, task, arch, shape: dict, required) -> str:
     here = Path(__file__).resolve().parent
     code = [backend.folder, *sorted(Path(task.folder()).glob("*.py")),
             here / "backend.py", here / "census.py", here / "candidate.py", here / "task.py",
-            here / "archs.toml", here / "sandbox.py", *backend.cache_inputs(arch)]
+            here / "archs.toml", here / "sandbox.py", here / "children.py", here / "untrusted.py",
+            *backend.cache_inputs(arch)]
     material = {"format": FORMAT, "source": hashlib.sha256(source.encode()).hexdigest(), "lang": backend.name,
                 "task": task.name, "arch": arch.name, "shape": sorted(shape.items()), "required": list(required),
                 "toolchain": toolchain(backend), "code": _tree_digest(code)}

@@ -219,7 +219,7 @@ def _run(spec: dict, progress, ctx: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
-    from xlang.sandbox import die_with_parent
+    from xlang.children import die_with_parent
 
     die_with_parent(spec.get("parent_pid"))  # a judge whose caller was killed must not keep the GPU
     progress = _Progress(spec.get("progress"))

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xlang import verdict as V
+from xlang.children import ChildResult, run_child
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages.process import stage_uids
-from xlang.sandbox import ChildResult, kill_uid, run_child
+from xlang.sandbox import kill_uid
 from xlang.untrusted import read_untrusted, write_new
 
 JUDGE_MODULE = "xlang.profiler.judge"

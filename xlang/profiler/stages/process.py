@@ -68,7 +68,8 @@ class Runner:
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
         from xlang.backend import jit_env
-        from xlang.sandbox import Jail, _Tail, child_env
+        from xlang.children import _Tail
+        from xlang.sandbox import Jail, child_env
         from xlang.untrusted import copy_untrusted_tree
 
         self.role, self.observer, self.killed = role, observer, False
@@ -322,7 +323,8 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
 def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
     # 40 s: a tool that hangs at one variant must leave the stage (300 s) time for the next ones and its run
     from xlang.backend import jit_env
-    from xlang.sandbox import Jail, child_env, kill_uid, run_child
+    from xlang.children import run_child
+    from xlang.sandbox import Jail, child_env, kill_uid
     from xlang.untrusted import read_untrusted, read_untrusted_bytes
 
     home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=spec["stage_dir"]))
