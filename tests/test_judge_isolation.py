@@ -152,8 +152,9 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
     tool = subprocess.Popen(drop + ["sh", "-c", f"{fake_python} 60 & sleep 61 & wait"], start_new_session=True)
     orphan = subprocess.Popen(drop + ["sleep", "62"], start_new_session=True)
     try:
-        time.sleep(0.5)
-        before = {pid for pid, _ in uid_processes(uid)}
+        deadline = time.monotonic() + 20  # the shell starts its two children when the (shared, loaded) box lets it
+        while len(before := {pid for pid, _ in uid_processes(uid)}) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(before) == 4, before
         assert _kill_all_but_the_tool(uid, tool.pid, ["sh"]) == 2
         time.sleep(0.3)
