@@ -145,9 +145,14 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
     if os.geteuid() != 0 or not _shutil.which("setpriv"):
         pytest.skip("needs root and setpriv")
     uid = uid_for_slot(11)
-    fake_python = tmp_path / "python3.12"  # a survivor's interpreter, as /proc/PID/exe names it
+    # A survivor's interpreter, as /proc/PID/exe names it, where the candidate's uid can run it (pytest's tmp_path
+    # sits below /tmp/pytest-of-root, mode 0700).
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="xlang-fake-python-", dir="/tmp"))
+    folder.chmod(0o755)
+    fake_python = folder / "python3.12"
     _shutil.copy("/bin/sleep", fake_python)
-    tmp_path.chmod(0o755)
     drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     tool = subprocess.Popen(drop + ["sh", "-c", f"{fake_python} 60 & sleep 61 & wait"], start_new_session=True)
     orphan = subprocess.Popen(drop + ["sleep", "62"], start_new_session=True)
@@ -166,6 +171,7 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
         from xlang.sandbox import kill_uid
 
         kill_uid(uid)
+        _shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_a_tool_that_dies_ends_the_stage_at_once(tmp_path):
