@@ -230,7 +230,7 @@ def test_host_compute_feedback_tells_the_model_to_compute_on_the_gpu():
 # ---- the evidence: copies to the host and host CPU time ---------------------------------------------------
 
 def test_copies_are_labelled_with_direction_and_bytes():
-    from xlang.profiler.observer import CopyRecord, activities, copied_bytes
+    from xlang.profiler.observer_records import CopyRecord, activities, copied_bytes
 
     recs = [CopyRecord(100, 200, 0, 1, 7, 1, 4096, 2), CopyRecord(300, 350, 0, 1, 7, 2, 1024, 1),
             CopyRecord(400, 450, 0, 1, 7, 3, 512, 2)]
@@ -240,7 +240,7 @@ def test_copies_are_labelled_with_direction_and_bytes():
 
 def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu():
     from xlang.profiler.stages.check import call_evidence, host_evidence
-    from xlang.profiler.observer import CopyRecord, KernelRecord
+    from xlang.profiler.observer_records import CopyRecord, KernelRecord
 
     mb = 1 << 20
     kernel = KernelRecord(start=1_000, end=21_000, device=0, ctx=1, stream=7, corr=9, grid=(1, 1, 1),

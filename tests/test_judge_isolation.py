@@ -209,7 +209,7 @@ def test_a_tool_that_dies_ends_the_stage_at_once(tmp_path):
 # ---- kernel provenance (the decisions the judge makes from the observer's records; no GPU needed) -----------
 
 def _kernel(name: str, module: str):
-    from xlang.profiler.observer import KernelRecord
+    from xlang.profiler.observer_records import KernelRecord
 
     return KernelRecord(1, 2, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, module, name)
 

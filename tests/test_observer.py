@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from xlang.profiler import observer as obs
-from xlang.profiler.observer import (CopyRecord, EndRecord, ErrorRecord, KernelRecord, ModuleRecord, Observer,
-                                     ObserverError, RecordError, SetRecord, WarningRecord, frame_mac, kernels,
-                                     parse_line, span, unframe)
+from xlang.profiler import observer_records as obs_records
+from xlang.profiler.observer import Observer
+from xlang.profiler.observer_records import (CopyRecord, EndRecord, ErrorRecord, KernelRecord, ModuleRecord,
+                                             ObserverError, RecordError, SetRecord, WarningRecord, frame_mac, kernels,
+                                             parse_line, span, unframe)
 
 REPO = Path(__file__).resolve().parents[1]
 H = "ab" * 32
@@ -94,7 +96,7 @@ def test_c_hmac_matches_the_judges_frame_mac(clib):
     out = ctypes.create_string_buffer(65)
     clib.xlang_observer_hmac_hex(key, msg, ctypes.c_size_t(len(msg)), out)
     assert out.value.decode() == hmac.new(key, msg, hashlib.sha256).hexdigest()
-    assert out.value.decode()[: obs.MAC_HEX] == frame_mac(key, 41, body)
+    assert out.value.decode()[: obs_records.MAC_HEX] == frame_mac(key, 41, body)
 
 
 @pytest.mark.parametrize("name, want", [
@@ -105,15 +107,15 @@ def test_c_hmac_matches_the_judges_frame_mac(clib):
     ("caf\u00e9", "caf??"),  # UTF-8 bytes are not printable ASCII
 ])
 def test_c_sanitize(clib, name, want):
-    out = ctypes.create_string_buffer(obs.MAX_NAME + 1)
+    out = ctypes.create_string_buffer(obs_records.MAX_NAME + 1)
     clib.xlang_observer_sanitize(name.encode(), out)
     assert out.value.decode() == want
 
 
 def test_c_sanitize_bounds_huge_names(clib):
-    out = ctypes.create_string_buffer(obs.MAX_NAME + 1)
+    out = ctypes.create_string_buffer(obs_records.MAX_NAME + 1)
     clib.xlang_observer_sanitize(b"x" * 100_000, out)
-    assert out.value == b"x" * obs.MAX_NAME
+    assert out.value == b"x" * obs_records.MAX_NAME
     assert parse_line(f"K 1 2 0 1 7 9 1 1 1 32 1 1 0 0 0 - {out.value.decode()}").name == out.value.decode()
 
 
@@ -133,7 +135,7 @@ def test_parse_every_record_type():
     assert parse_line("X missing_kernel_records 3") == ErrorRecord("missing_kernel_records", 3)
     assert parse_line("W enable_device_graph -17") == WarningRecord("enable_device_graph", -17)
     assert parse_line("E 4 10 20 30 40") == EndRecord(4, 10, 20, 30, 40)
-    assert parse_line(KERNEL.replace(H, "-")).module == obs.MODULE_UNKNOWN
+    assert parse_line(KERNEL.replace(H, "-")).module == obs_records.MODULE_UNKNOWN
 
 
 @pytest.mark.parametrize("line", [

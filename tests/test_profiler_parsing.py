@@ -185,13 +185,13 @@ def test_eval_shows_each_sides_clock_and_power_while_timed():
 
 def _kernel(start, end, name):
     """A one-block kernel record (grid 1 x 1 x 1, as the runner's primer is)."""
-    from xlang.profiler.observer import KernelRecord
+    from xlang.profiler.observer_records import KernelRecord
 
     return KernelRecord(start, end, 0, 1, 7, 1, (1, 1, 1), (128, 1, 1), 0, 0, False, "m", name)
 
 
 def test_a_calls_profile_lists_its_activities_and_the_idle_time_between_them():
-    from xlang.profiler.observer import SetRecord, activities
+    from xlang.profiler.observer_records import SetRecord, activities
 
     # memset 10-100, kernel a 300-1300, kernel b on another stream 1200-1500 (overlaps a), kernel c 2000-2100
     records = [_kernel(300, 1300, "a"), SetRecord(10, 100, 0, 1, 7, 2, 64), _kernel(2000, 2100, "c"),
@@ -227,7 +227,7 @@ FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 
 def test_the_runners_primer_is_left_out_of_a_timed_calls_span():
     from xlang.profiler.stages.timing import without_primer
-    from xlang.profiler.observer import span
+    from xlang.profiler.observer_records import span
 
     primer, work = _kernel(1_000, 3_000, FILL), [_kernel(900_000, 2_000_000, "prep"), _kernel(2_000_100, 9_000_000, "main")]
     assert without_primer([primer, *work]) == work

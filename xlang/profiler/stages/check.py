@@ -160,7 +160,7 @@ class Provenance:
         """Whether the candidate's toolchain made this kernel: its module is one of the candidate's, or an
         unnamed module (static cudart) under a name its build compiled, or (a JIT with no files) any
         non-utility name. vet() has already rejected what is forbidden."""
-        from xlang.profiler.observer import MODULE_UNKNOWN
+        from xlang.profiler.observer_records import MODULE_UNKNOWN
 
         if k.module in self.own or (k.module == MODULE_UNKNOWN and k.name in self.built):
             return True
@@ -182,7 +182,7 @@ class Provenance:
 
     def vet(self, kernels) -> None:
         from xlang.profiler.ncu import forbidden_reason
-        from xlang.profiler.observer import MODULE_UNKNOWN
+        from xlang.profiler.observer_records import MODULE_UNKNOWN
 
         foreign = [k for k in kernels if k.module not in self.own]
         if foreign:
@@ -228,7 +228,7 @@ def _flush(observer, prov, timeout=60.0):
     """All the candidate's work so far is finished (the observer synchronised its contexts) and recorded."""
     if observer is None:
         return []
-    from xlang.profiler.observer import ObserverError, errors, kernels
+    from xlang.profiler.observer_records import ObserverError, errors, kernels
 
     try:
         records = observer.flush(timeout)
@@ -309,7 +309,7 @@ def call_evidence(records: list, cpu_after_ms: float | None, cpu_before_ms: floa
     the candidate's host CPU time and the GPU's busy time (the span less its idle gaps: host work between a
     copy to the host and the copy back is idle GPU time inside the span). Evidence only: Nsight Compute's FLOPs
     decide."""
-    from xlang.profiler.observer import TO_HOST, ObserverError, activities, copied_bytes, span
+    from xlang.profiler.observer_records import TO_HOST, ObserverError, activities, copied_bytes, span
 
     copies = copied_bytes(records) if observed else {}
     cpu = None if cpu_after_ms is None or cpu_before_ms is None else max(0.0, cpu_after_ms - cpu_before_ms)
@@ -354,7 +354,7 @@ def host_evidence(calls: list[dict]) -> dict | None:
 
 
 def _kernels(records):
-    from xlang.profiler.observer import kernels
+    from xlang.profiler.observer_records import kernels
 
     return kernels(records)
 

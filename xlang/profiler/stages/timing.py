@@ -111,7 +111,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
             verify(ctx, call, inputs, where)
         else:
             call.check_slack(where)  # the canaries after every call, verified or not
-        from xlang.profiler.observer import span
+        from xlang.profiler.observer_records import span
 
         return (span(records) / 1e6 if observer is not None else None), wall_ms, records
 
@@ -138,7 +138,7 @@ def time_calls(ctx, runner: Runner, observer, prov, shape: dict, progress, who: 
         _flush(observer, prov)
         call.check_slack(f"the warm-up calls of the {who}")  # not re-poisoned between them: damage stays
         from xlang.profiler.gpu import PowerSampler
-        from xlang.profiler.observer import activities
+        from xlang.profiler.observer_records import activities
 
         # The card's clock and power while these calls are timed: under a power cap they decide a kernel's speed
         # as much as its code does, and each side is timed at its own time.
@@ -171,7 +171,7 @@ def without_primer(records: list) -> list:
     what the judge can check, never by what the runner says: the call's first activity, a one-block utility
     kernel of at most 20 us that ends before anything else starts. A candidate that makes its own first kernel
     look like that hides at most 20 us of GPU work; one that drops the primer is timed as before it existed."""
-    from xlang.profiler.observer import KernelRecord, gpu_work
+    from xlang.profiler.observer_records import KernelRecord, gpu_work
 
     timed = gpu_work(records)
     if not timed:
