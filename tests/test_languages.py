@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from xlang import backend as B
+from xlang import python_backend as PB
 from xlang.archs import archs, get_arch
 from xlang.errors import XlangError
 from xlang.task import get_task, task_names
@@ -101,7 +102,7 @@ def test_a_third_party_language_registers_through_an_entry_point(plugin, capsys,
 
 
 def test_register_backend_is_the_in_process_hook():
-    class Tiny(B.PythonModuleBackend):
+    class Tiny(PB.PythonModuleBackend):
         name, title, rank = "tiny", "Tiny", 1
         static_build = "backends.triton.static_build"
 
@@ -148,7 +149,7 @@ def test_backend_contract(lang, tmp_path):
 
 def test_gluon_has_its_own_docs_and_seed_cache_and_runs_through_the_python_loader(tmp_path):
     be = B.get_backend("gluon")
-    assert isinstance(be, B.PythonModuleBackend) and be.static_build == "backends.gluon.static_build"
+    assert isinstance(be, PB.PythonModuleBackend) and be.static_build == "backends.gluon.static_build"
     assert be.doc_files(get_arch("b200")) == ["b200/templates/gluon.md"]
     assert "tcgen05_mma" in be.prompt_section(get_task("gemm"), get_arch("b200"))
     assert "warpgroup_mma" in be.prompt_section(get_task("gemm"), get_arch("h100"))
@@ -173,7 +174,7 @@ def test_gluon_has_its_own_docs_and_seed_cache_and_runs_through_the_python_loade
     ({"ok": True, "kernels": [{"name": "k", "cubin": "c", "meta": []}]}, "'meta' must be an object"),
 ])
 def test_static_build_protocol(report, problem):
-    got = B.check_static_build_report(report)
+    got = PB.check_static_build_report(report)
     assert got == problem if problem is None else problem in got
 
 
@@ -183,7 +184,7 @@ def test_cutedsl_reports_in_the_shared_protocol():
     cutedsl = import_module("backends.cutedsl.backend")
     ok = cutedsl.report({"ok": True, "compiled": [{"name": "host", "kernels": ["k0", "k1"], "ptx": "/w/a.ptx",
                                                    "cubin": ["/w/a.cubin"], "compile_s": 1.0}]})
-    assert B.check_static_build_report(ok) is None
+    assert PB.check_static_build_report(ok) is None
     meta = {"host_function": "host", "kernels": ["k0", "k1"], "compile_s": 1.0}
     # Both kernels of the one cubin are listed: the judge accepts a CuTe DSL kernel only under a built name.
     assert ok["kernels"] == [{"name": "k0", "cubin": "/w/a.cubin", "ptx": "/w/a.ptx", "meta": meta},
@@ -198,7 +199,7 @@ def test_cutedsl_reports_in_the_shared_protocol():
     assert [k["meta"]["stem"] for k in named["kernels"]] == [
         "kernel_cutlass_gemm_kernel_", "kernel_cutlass_kernel_candidateHopperGemm_object_at_"]
     bad = cutedsl.report({"ok": False, "error_kind": "compile_error", "error": "x", "where": "c.py:3"})
-    assert B.check_static_build_report(bad) is None and bad["error"] == "compile_error: x\n(at c.py:3)"
+    assert PB.check_static_build_report(bad) is None and bad["error"] == "compile_error: x\n(at c.py:3)"
 
 
 def test_a_python_build_report_naming_a_file_outside_its_folder_is_refused(tmp_path, monkeypatch):
@@ -209,13 +210,13 @@ def test_a_python_build_report_naming_a_file_outside_its_folder_is_refused(tmp_p
     class Child:
         timed_out, returncode, stdout, stderr = False, 0, "", ""
 
-    import xlang.sandbox as sandbox
+    import xlang.children as children
 
     def python_child(module, args, **kw):
         (Path(args[-1]) / "static_build.json").write_text(json.dumps(report))
         return Child()
 
-    monkeypatch.setattr(sandbox, "python_child", python_child)
+    monkeypatch.setattr(children, "python_child", python_child)
     result = be.compile(tmp_path / "candidate.py", get_task("gemm"), get_arch("h100"), {}, tmp_path)
     assert not result.ok and "outside its folder" in result.error
 
@@ -310,7 +311,7 @@ def test_every_child_gets_every_languages_jit_cache_inside_its_own_home(tmp_path
 
 
 def test_a_static_build_child_gets_the_languages_environment(tmp_path, monkeypatch):
-    import xlang.sandbox as sandbox
+    import xlang.children as children
 
     seen = {}
 
@@ -321,7 +322,7 @@ def test_a_static_build_child_gets_the_languages_environment(tmp_path, monkeypat
         seen.update(kw["env"])
         return Child()
 
-    monkeypatch.setattr(sandbox, "python_child", python_child)
+    monkeypatch.setattr(children, "python_child", python_child)
     B.get_backend("triton").compile(tmp_path / "candidate.py", get_task("gemm"), get_arch("h100"), {}, tmp_path)
     assert seen == B.jit_env(tmp_path / B.CHILD_FOLDER)
 

@@ -16,7 +16,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -24,12 +23,10 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from xlang import build_cache, children, resources, sandbox, untrusted
+from xlang import build_cache, resources, untrusted
 from xlang.archs import archs
-from xlang.candidate import load_module
 from xlang.census import Census, take_census
 from xlang.errors import XlangError
-from xlang.task import peer_library_folders
 from xlang.toolchain import require_tool
 
 ENTRY_POINT_GROUP = "xlang.backends"  # a third-party package adds a language here (name = BACKEND instance)
@@ -251,148 +248,6 @@ class Backend(ABC):
 #   the judge never writes into once the child started and reads only through read_untrusted_* (no links).
 CHILD_FOLDER = "child"
 JIT_CACHE_COPY = "jit-cache"
-
-
-class PythonModuleBackend(Backend):
-    """A language whose candidate is a Python module exposing xlang_entry, built by a static-build child.
-
-    `static_build` names a module (relative to xlang, e.g. "backends.<lang>.static_build") with
-    main([source, task, arch, shape_json, out_dir]) that imports the candidate, calls its entry point with the
-    target faked, and writes OUT_DIR/static_build.json in the one static-build protocol (STATIC_BUILD_PROTOCOL):
-      {"ok": bool, "error": str | null,                   # the candidate's or compiler's message when not ok
-       "kernels": [{"name": str, "cubin": path, "ptx": path | null, "meta": {...}}],  # files inside OUT_DIR
-       "versions": {dist: version}}
-    """
-
-    suffix = ".py"
-    fences = ("python", "py")
-    forbidden = TORCH_COMPUTE_FORBIDDEN
-    host_patterns = PYTHON_HOST_ROUND_TRIP
-    distributions = ("torch",)
-    static_build: str = ""
-    static_build_what: str = "import and entry point with the target faked"
-    build_timeout_s: float = 300
-
-    def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
-        """Run `static_build` in a jailed child (run_build_child) and read its report (the protocol above)."""
-        result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
-        data, result.error, stdout = run_build_child(
-            self.static_build, source_path, task, arch, shape, workdir, env={}, timeout_s=self.build_timeout_s,
-            what=self.static_build_what, jit_cache=self.jit_cache)
-        if data is None:
-            return result
-        problem = check_static_build_report(data)
-        if problem:
-            result.error = f"the build report does not follow the static-build protocol: {problem}"
-            return result
-        if not data["ok"]:
-            result.error = trim_log(data.get("error") or "the build failed without a message")
-            return result
-        result.kernels = [KernelImage(k["name"], k["cubin"], k.get("ptx"), dict(k.get("meta") or {}))
-                          for k in data["kernels"]]
-        result.ok, result.load_path, result.log = True, str(source_path), trim_log(stdout)
-        return result
-
-    def load_entry(self, build: BuildResult):
-        return load_module(build.load_path).xlang_entry
-
-    def seed_cache(self, build: BuildResult) -> Path | None:
-        """The judge's copy of the build child's JIT cache (`jit_cache` in its home), when it made one."""
-        copy = Path(build.workdir) / JIT_CACHE_COPY
-        return copy if self.jit_cache and copy.is_dir() else None
-
-
-STATIC_BUILD_PROTOCOL = 1
-
-
-def check_static_build_report(data: dict) -> str | None:
-    """Why a static build's report breaks the protocol (PythonModuleBackend's docstring), or None."""
-    if not isinstance(data.get("ok"), bool):
-        return "'ok' must be true or false"
-    if not data["ok"]:
-        return None if isinstance(data.get("error"), str) else "a failed build must give 'error' (a string)"
-    kernels = data.get("kernels")
-    if not isinstance(kernels, list):
-        return "'kernels' must be a list"
-    for k in kernels:
-        if not isinstance(k, dict) or not isinstance(k.get("name"), str) or not isinstance(k.get("cubin"), str):
-            return "each kernel needs 'name' and 'cubin' (strings)"
-        if k.get("ptx") is not None and not isinstance(k["ptx"], str):
-            return "a kernel's 'ptx' must be a path or null"
-        if k.get("meta") is not None and not isinstance(k["meta"], dict):
-            return "a kernel's 'meta' must be an object"
-    return None
-
-
-def run_build_child(module: str, source_path: Path, task, arch, shape: dict, workdir: Path, env: dict,
-                    timeout_s: float, what: str, jit_cache: str | None = None) -> tuple[dict | None, str | None, str]:
-    """Run a Python-hosted language's static build (MODULE.main(source, task, arch, shape_json, out_dir)) in a
-    sandboxed child whose HOME and OUT_DIR is a fresh workdir/child; it leaves OUT_DIR/static_build.json.
-    The files that report names (cubins, PTX) and the child's JIT cache (`jit_cache` in its home) are copied
-    into workdir under names the judge chooses (k<i>.cubin, k<i>.ptx, jit-cache/), never through a link, and
-    the report returned names the copies. Returns (that report, error, the child's stdout)."""
-    timeout_s = min(timeout_s, _build_limit.get())  # the caller's limit (build --timeout) wins when lower
-    # The candidate's Python runs here: jailed, with a fresh folder of its own as HOME (its private JIT
-    # caches: never a cache another candidate wrote or will read); it reads its source, never writes beside it.
-    child_dir = workdir / CHILD_FOLDER
-    if child_dir.exists() or child_dir.is_symlink():  # a rebuild in a kept folder: the old child's files go
-        shutil.rmtree(child_dir) if child_dir.is_dir() and not child_dir.is_symlink() else child_dir.unlink()
-    child_dir.mkdir(mode=0o700)
-    child = children.python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
-                                 timeout=timeout_s, cwd=child_dir, env={**jit_env(child_dir), **env},
-                                 jail=sandbox.Jail(home=child_dir, readable=[source_path],
-                                                   hidden=peer_library_folders()))
-    if child.timed_out:
-        return None, f"the build ({what}) exceeded {timeout_s:.0f} s{BUILD_TIMEOUT_MARK}", child.stdout
-    text = untrusted.read_untrusted(child_dir / "static_build.json", limit=8 << 20)
-    try:
-        report = json.loads(text) if text is not None else None
-    except json.JSONDecodeError:
-        report = None
-    if not isinstance(report, dict):
-        return None, "the build process died: " + trim_log(
-            child.stderr or child.stdout or f"exit code {child.returncode}"), child.stdout
-    outside = [p for p in _paths_in(report) if _below(p, child_dir) is None]
-    if outside:  # the report names files we would read (cubins, PTX): only the build's own, no links
-        return None, f"the build named files outside its folder or through links: {outside[0][:200]}", ""
-    copies: dict[str, str] = {}  # what the report named -> the judge's copy (a file named twice is copied once)
-    for k in report.get("kernels") or [] if report.get("ok") else []:
-        for key in ("cubin", "ptx"):
-            if not isinstance(k, dict) or not isinstance(k.get(key), str):
-                continue
-            if k[key] not in copies:
-                data = untrusted.read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
-                if data is None:
-                    return None, f"the build named a file that is not a regular file of its own: {k[key][:200]}", ""
-                copies[k[key]] = str(untrusted.replace_file(workdir / f"k{len(copies)}.{key}", data))
-            k[key] = copies[k[key]]
-    if jit_cache and report.get("ok"):
-        old = workdir / JIT_CACHE_COPY
-        if old.is_dir() and not old.is_symlink():  # a rebuild in a kept folder
-            shutil.rmtree(old)
-        untrusted.copy_untrusted_tree(child_dir / jit_cache, old)
-    return report, None, child.stdout
-
-
-def _below(path, folder: Path) -> str | None:
-    """path relative to folder when it names something below it by its spelling alone (absolute, no '..'),
-    else None. What is there is then opened component by component without following links."""
-    if not isinstance(path, str) or not os.path.isabs(path) or ".." in Path(path).parts:
-        return None
-    rel = os.path.relpath(os.path.normpath(path), folder)
-    return None if rel == "." or rel.startswith("..") else rel
-
-
-_FILE_KEYS = ("cubin", "ptx")
-
-
-def _paths_in(value, key: str = "") -> list[str]:
-    """The files a build report names for us to read (its cubins and PTX), wherever they sit in the JSON."""
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _paths_in(v, k)]
-    if isinstance(value, list):
-        return [p for v in value for p in _paths_in(v, key)]
-    return [value] if key in _FILE_KEYS and isinstance(value, str) else []
 
 
 def cache_dir(name: str) -> Path:

@@ -85,7 +85,7 @@ def key(source: str, backend, task, arch, shape: dict, required) -> str:
     backend registry, which builds through it)."""
     here = Path(__file__).resolve().parent
     code = [backend.folder, *sorted(Path(task.folder()).glob("*.py")),
-            here / "backend.py", here / "census.py", here / "candidate.py", here / "task.py",
+            here / "backend.py", here / "python_backend.py", here / "census.py", here / "candidate.py", here / "task.py",
             here / "archs.toml", here / "sandbox.py", here / "children.py", here / "untrusted.py",
             *backend.cache_inputs(arch)]
     material = {"format": FORMAT, "source": hashlib.sha256(source.encode()).hexdigest(), "lang": backend.name,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from xlang.backend import PythonModuleBackend
+from xlang.python_backend import PythonModuleBackend
 
 
 class CuteDslBackend(PythonModuleBackend):
@@ -75,7 +75,7 @@ def _stem(kernel: str, functions) -> str | None:
 
 
 def report(result: dict, functions=()) -> dict:
-    """build_static's result in the static-build protocol (xlang.backend.PythonModuleBackend); `functions`: the
+    """build_static's result in the static-build protocol (xlang.python_backend.PythonModuleBackend); `functions`: the
     source's @cute.kernel function names (meta["stem"] of each kernel made from one)."""
     if not result["ok"]:
         where = f"\n(at {result['where']})" if result.get("where") else ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlang.backend import TORCH_COMPUTE_FORBIDDEN, PythonModuleBackend
+from xlang.backend import TORCH_COMPUTE_FORBIDDEN
+from xlang.python_backend import PythonModuleBackend
 
 
 class TritonBackend(PythonModuleBackend):

@@ -7,7 +7,7 @@ goes through Triton's own binder and compile() (so the specialisation is the one
 and the launch itself is recorded instead of executed. An autotuner's benchmark compiles each config.
 
 Usage (child): static_build SOURCE TASK ARCH SHAPE_JSON OUT_DIR  -> OUT_DIR/static_build.json, in the static-build
-protocol of xlang.backend.PythonModuleBackend. Gluon (@gluon.jit, a JITFunction subclass) goes through the same path.
+protocol of xlang.python_backend.PythonModuleBackend. Gluon (@gluon.jit, a JITFunction subclass) goes through the same path.
 """
 
 from __future__ import annotations
