@@ -116,6 +116,29 @@ def test_register_backend_is_the_in_process_hook():
     assert "tiny" not in B.lang_names()
 
 
+def test_a_languages_tool_paths_reach_a_child_and_a_jail_keeps_only_what_it_binds(tmp_path, monkeypatch):
+    """The core's allow-list names no language: a language's tool-path variables (Triton's TRITON_PTXAS_PATH) come
+    from its Backend; a jailed child keeps one only where its jail binds that path."""
+    from xlang import sandbox
+
+    class Tiny(PB.PythonModuleBackend):
+        name, title, rank = "tiny", "Tiny", 1
+        tool_path_variables = ("XLANG_TINY_TOOL",)
+
+    assert not [v for v in sandbox.ENV_ALLOW + sandbox.PATH_VARIABLES if "TRITON" in v]
+    assert "TRITON_PTXAS_PATH" in B.tool_path_variables()
+    hidden = "/opt/xlang-not-bound/ptxas"  # no jail binds /opt
+    try:
+        B.register_backend(Tiny())
+        monkeypatch.setenv("XLANG_TINY_TOOL", "/usr/bin/true")
+        monkeypatch.setenv("TRITON_PTXAS_PATH", hidden)
+        assert sandbox.child_env()["XLANG_TINY_TOOL"] == "/usr/bin/true"  # a trusted child: as it is
+        jailed = sandbox.child_env(jail=sandbox.Jail(home=tmp_path / "home"))
+        assert jailed["XLANG_TINY_TOOL"] == "/usr/bin/true" and "TRITON_PTXAS_PATH" not in jailed
+    finally:
+        B.unregister_backend("tiny")
+
+
 # ---- every backend's contract --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lang", BUILT_IN)

@@ -202,6 +202,10 @@ class Backend(ABC):
             raise XlangError(f"{self.name} needs the Python package{'s' * (len(absent) > 1)} {', '.join(absent)}, not "
                              f"installed here (pip install 'xlang[{self.name}]' where that extra exists)")
 
+    # Variables of ours, each naming a path of this language's compiler tools (its own ptxas, say), that every child
+    # inherits, a jailed one only where its jail binds that path (sandbox.child_env); never secrets.
+    tool_path_variables: tuple[str, ...] = ()
+
     def child_env(self, home: Path) -> dict[str, str]:
         """Environment variables a build or runner child whose HOME is `home` needs for this language: where its
         JIT keeps its caches, inside that home (a fresh folder per child: never a cache another candidate wrote
@@ -330,6 +334,11 @@ def jit_env(home: Path) -> dict[str, str]:
     for backend in backends().values():
         env.update(backend.child_env(home))
     return env
+
+
+def tool_path_variables() -> tuple[str, ...]:
+    """Every language's tool_path_variables: what sandbox.child_env lets a child inherit besides its own list."""
+    return tuple(dict.fromkeys(v for backend in backends().values() for v in backend.tool_path_variables))
 
 
 def toolchain_packages() -> dict[str, str]:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xlang import resources
+from xlang.backend import tool_path_variables
 from xlang.errors import XlangError
 from xlang.untrusted import write_new
 
@@ -43,13 +44,12 @@ NOBODY = 65534  # kept for the uid probes only: candidates get uids of their own
 BUILD_UID = 63999  # static builds (their PID namespace ends their tree; never touched by kill_uid)
 CANDIDATE_UID_BASE = 64000  # + slot (4 per GPU: check, memcheck, ncu, vendor); kill_uid() acts only on these
 LEVELS = ("process", "bwrap", "bwrap+uid")
-# Environment variables a child may inherit from ours (values never secret). Everything else is dropped.
-# The TRITON_*_PATH ones (Triton's tool paths) still belong to its backend (issue 36): this list is applied to
-# every child, trusted ones too, before any language is known, so moving them means passing them down each chain.
+# Environment variables a child may inherit from ours (values never secret). Everything else is dropped. The
+# languages add the paths of their tools (Backend.tool_path_variables).
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "TZ", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
              "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "OPENBLAS_CORETYPE",
-             "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH",
-             "TRITON_NVDISASM_PATH")
+             "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS")
+PATH_VARIABLES = ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH")  # kept, in a jail, only where it binds them
 
 
 def child_env(extra: dict | None = None, home: Path | None = None, jail: "Jail | None" = None) -> dict:
@@ -61,7 +61,8 @@ def child_env(extra: dict | None = None, home: Path | None = None, jail: "Jail |
     languages' JITs keep their caches in its home is theirs to say: callers add backend.jit_env(home) to extra."""
     if jail is None and home is not None:
         jail = Jail(home=home)
-    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    tools = tool_path_variables()
+    env = {k: os.environ[k] for k in ENV_ALLOW + tools if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
     ours = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -71,8 +72,7 @@ def child_env(extra: dict | None = None, home: Path | None = None, jail: "Jail |
         env["PYTHONPATH"] = os.pathsep.join([str(resources.PACKAGE_DIR.parent)] + ours)
     else:
         visible = jail.bound_roots()
-        for name in ("PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
-                     "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
+        for name in PATH_VARIABLES + tools:
             if name in env:
                 kept = [p for p in env[name].split(os.pathsep) if p and _under(p, visible)]
                 if kept:

@@ -23,6 +23,8 @@ class GluonBackend(PythonModuleBackend):
     static_build = "backends.gluon.static_build"
     fingerprint_packages = (("triton", "triton"),)
     jit_cache = ".triton"  # its JIT's cubins at run time (TRITON_CACHE_DIR in the jail, child_env)
+    # Triton runs the ptxas / cuobjdump / nvdisasm these name instead of its bundled ones, when they are set.
+    tool_path_variables = ("TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH")
     static_build_what = "import and entry point with the recording driver"
     forbidden = TORCH_COMPUTE_FORBIDDEN + (
         (r"\bcutlass\b", "CUTLASS / CuTe is another language here (cutedsl)"),
