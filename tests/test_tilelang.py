@@ -121,6 +121,7 @@ EXPERTS = [  # (task, arch, expert file, required families present, families tha
     ("gemm", "h100", "tasks/gemm/solutions/tilelang_hopper.py", {"wgmma", "tma", "setmaxnreg"}, set()),
     ("gemm", "b200", "tasks/gemm/solutions/tilelang_blackwell.py", {"tcgen05_mma", "tma", "tmem_alloc"}, set()),
     ("attn_fwd", "h100", "tasks/attn_fwd/solutions/tilelang_hopper.py", {"wgmma", "tma"}, set()),
+    ("attn_fwd", "b200", "tasks/attn_fwd/solutions/tilelang_blackwell.py", {"tcgen05_mma", "tma", "tmem"}, set()),
     # the Hopper attention's fragment accumulators give mma.sync on sm_100a, never tcgen05 (arch_docs/b200)
     ("attn_fwd", "b200", "tasks/attn_fwd/solutions/tilelang_hopper.py", {"tma"}, {"tcgen05_mma"}),
 ]
