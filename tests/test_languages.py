@@ -23,13 +23,22 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILT_IN = ("triton", "gluon", "cuda_ptx", "cutedsl")
 
 
+def _plugins() -> list:
+    """The backends of installed language plugins (plugins/xlang-tilelang): they add to what the built-ins give."""
+    names = {ep.name for ep in importlib.metadata.entry_points(group=B.ENTRY_POINT_GROUP)}
+    return [b for n, b in B.backends().items() if n in names]
+
+
 # ---- discovery -------------------------------------------------------------------------------------------------
 
 def test_every_folder_under_backends_is_a_language_in_display_order():
     folders = sorted(p.name for p in (ROOT / "backends").iterdir() if (p / "backend.py").is_file())
-    assert sorted(B.lang_names()) == folders == sorted(BUILT_IN)
-    assert B.lang_names() == BUILT_IN  # rank order: tables and plots list them so
-    assert B.LANGS == BUILT_IN  # the older spelling still answers, from the registry
+    # an installed language plugin (plugins/xlang-tilelang) adds its language after these
+    plugins = {ep.name for ep in importlib.metadata.entry_points(group=B.ENTRY_POINT_GROUP)}
+    in_tree = tuple(n for n in B.lang_names() if n not in plugins)
+    assert sorted(in_tree) == folders == sorted(BUILT_IN)
+    assert in_tree == BUILT_IN  # rank order: tables and plots list them so
+    assert tuple(n for n in B.LANGS if n not in plugins) == BUILT_IN  # the older spelling, from the registry
     with pytest.raises(XlangError, match="unknown language 'fortran'.*triton, gluon, cuda_ptx, cutedsl"):
         B.get_backend("fortran")
 
@@ -323,7 +332,9 @@ def test_every_languages_prompt_says_once_that_the_gpu_must_compute_the_result(l
 def test_every_child_gets_every_languages_jit_cache_inside_its_own_home(tmp_path):
     """jit_env(home): the union of the backends' child_env, the variables sandbox.child_env set itself before."""
     home = tmp_path / "home"
-    assert B.jit_env(home) == {"TRITON_CACHE_DIR": str(home / ".triton"), "CUTE_DSL_CACHE_DIR": str(home / ".cute")}
+    plugin_env = {k for b in _plugins() for k in b.child_env(home)}
+    built_in = {k: v for k, v in B.jit_env(home).items() if k not in plugin_env}
+    assert built_in == {"TRITON_CACHE_DIR": str(home / ".triton"), "CUTE_DSL_CACHE_DIR": str(home / ".cute")}
     for name in ("triton", "gluon"):  # the judge finds their JIT's cubins where child_env points their cache
         backend = B.get_backend(name)
         assert backend.child_env(home) == {"TRITON_CACHE_DIR": str(home / backend.jit_cache)}
@@ -353,8 +364,11 @@ def test_a_static_build_child_gets_the_languages_environment(tmp_path, monkeypat
 def test_toolchain_records_list_the_languages_packages_under_their_short_names():
     from xlang.agent.buildinfo import toolchain_versions
 
-    assert B.toolchain_packages() == {"triton": "triton", "nvidia-cutlass-dsl": "cutlass-dsl"}
-    assert list(toolchain_versions()) == ["nvcc", "ptxas", "cuobjdump", "triton", "cutlass-dsl", "torch", "driver"]
+    plugin_packages = {short for b in _plugins() for _, short in b.fingerprint_packages}
+    assert {d: n for d, n in B.toolchain_packages().items() if n not in plugin_packages} == {
+        "triton": "triton", "nvidia-cutlass-dsl": "cutlass-dsl"}
+    assert [n for n in toolchain_versions() if n not in plugin_packages] == [
+        "nvcc", "ptxas", "cuobjdump", "triton", "cutlass-dsl", "torch", "driver"]
 
 
 def test_the_core_names_no_language_or_its_packages():

@@ -1,5 +1,6 @@
 """Entry point of every child process: `python -m xlang.child MODULE ARGS...` runs MODULE.main(ARGS)
-(MODULE relative to xlang, e.g. backends.<lang>.static_build or profiler.judge)."""
+(MODULE relative to xlang, e.g. backends.<lang>.static_build or profiler.judge, or a language plugin's own
+module by its full name: resources.import_module)."""
 
 import sys
 

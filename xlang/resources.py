@@ -53,8 +53,12 @@ def forget_editable_checkout() -> None:
 
 
 def import_module(dotted: str):
-    """Import e.g. 'tasks.gemm' as xlang.tasks.gemm, from wherever the folders are."""
+    """Import e.g. 'tasks.gemm' as xlang.tasks.gemm, from wherever the folders are. A name whose first part is
+    no part of xlang is a language plugin's own module (its static build, registered under `xlang.backends`):
+    imported by that name, from the site folders a child sees."""
     top = dotted.split(".", 1)[0]
     if top in RESOURCE_FOLDERS and root() != PACKAGE_DIR:
         _link(top)
+    elif top not in RESOURCE_FOLDERS and importlib.util.find_spec(f"xlang.{top}") is None:
+        return importlib.import_module(dotted)
     return importlib.import_module(f"xlang.{dotted}")
