@@ -74,7 +74,8 @@ def stores(tmp_path):
 
 
 def test_diff_transitions_families_speed_and_summary(stores, tmp_path):
-    from xlang.diff import diff, write
+    from xlang.diff import diff
+    from xlang.diff_commands import write
 
     d = diff(*stores)
     A, B, C, D = "run1 s0 t1", "run2 s0 t1", "run3 s0 t1", "run4 s0 t1"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from xlang import backend as B
+from xlang import python_backend as PB
 from xlang.archs import archs, get_arch
 from xlang.task import get_task, task_names
 
@@ -64,7 +65,7 @@ def test_no_file_in_xlang_names_the_plugin_language():
 
 def test_backend_contract(tilelang_backend, tmp_path):
     be = tilelang_backend
-    assert isinstance(be, B.PythonModuleBackend) and be.name == "tilelang" and be.title == "TileLang"
+    assert isinstance(be, PB.PythonModuleBackend) and be.name == "tilelang" and be.title == "TileLang"
     assert be.folder == Path(sys.modules["xlang_tilelang.backend"].__file__).resolve().parent
     assert (be.folder / "prompt.md").is_file() and be.static_build == "xlang_tilelang.static_build"
     assert be.tools == ("nvcc",) and "tilelang" in be.versions() and be.fingerprint_packages == (("tilelang", "tilelang"),)

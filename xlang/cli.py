@@ -261,7 +261,7 @@ from xlang.fixit import commands as _fixit_commands  # noqa: E402
 _fixit_commands.register(app)
 from xlang import rejudge as _rejudge  # noqa: E402
 _rejudge.register(app)
-from xlang import diff as _diff  # noqa: E402
+from xlang import diff_commands as _diff  # noqa: E402
 _diff.register(app)
 
 TRACEBACK_ENV = "XLANG_TRACEBACK"

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlang.backend import TORCH_COMPUTE_FORBIDDEN, BuildResult, PythonModuleBackend
+from xlang.backend import TORCH_COMPUTE_FORBIDDEN, BuildResult
+from xlang.python_backend import PythonModuleBackend
 
 
 class TileLangBackend(PythonModuleBackend):

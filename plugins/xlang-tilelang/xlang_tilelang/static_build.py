@@ -17,7 +17,7 @@ for real and fails here with TileLang's own error; host code that queries the GP
 is answered with the target's figures) beyond that fails as on any machine without one.
 
 Usage (child): static_build SOURCE TASK ARCH SHAPE_JSON OUT_DIR  -> OUT_DIR/static_build.json, in the static-build
-protocol of xlang.backend.PythonModuleBackend.
+protocol of xlang.python_backend.PythonModuleBackend.
 """
 
 from __future__ import annotations
