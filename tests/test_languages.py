@@ -144,6 +144,10 @@ def test_a_languages_tool_paths_reach_a_child_and_a_jail_keeps_only_what_it_bind
         assert sandbox.child_env()["XLANG_TINY_TOOL"] == "/usr/bin/true"  # a trusted child: as it is
         jailed = sandbox.child_env(jail=sandbox.Jail(home=tmp_path / "home"))
         assert jailed["XLANG_TINY_TOOL"] == "/usr/bin/true" and "TRITON_PTXAS_PATH" not in jailed
+        jail = sandbox.Jail(home=tmp_path / "home")
+        if not jail.relaxed:  # bubblewrap's /tmp is its own, empty: a host path there names nothing it can see
+            monkeypatch.setenv("XLANG_TINY_TOOL", "/tmp/xlang-host-only/tool")
+            assert "XLANG_TINY_TOOL" not in sandbox.child_env(jail=jail)
     finally:
         B.unregister_backend("tiny")
 

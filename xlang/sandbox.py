@@ -287,8 +287,10 @@ class Jail:
         return {}
 
     def bound_roots(self) -> list[str]:
-        """Every host folder or file this jail shows (read-only or, for home, writable)."""
-        roots = [d for d in SYSTEM_DIRS if os.path.exists(d)] + ["/dev", "/proc", "/sys", "/tmp"]
+        """Every host folder or file this jail shows (read-only or, for home, writable). Bubblewrap gives it an empty
+        /tmp of its own, so the host's /tmp counts only where no bubblewrap runs (relaxed)."""
+        roots = [d for d in SYSTEM_DIRS if os.path.exists(d)] + ["/dev", "/proc", "/sys"]
+        roots += ["/tmp"] if self.relaxed else []
         roots += _python_roots() + [str(runner_package())]
         roots += [str(Path(p)) for p in self.readable + self.tools] + [str(self.home)]
         return roots
