@@ -66,14 +66,15 @@ _RULES = (
     "head h // G. scale = 1/sqrt(D).\n"
     "The KV cache is paged: token t (0 <= t < seq_lens[b]) of sequence b is slot t % P of page\n"
     "block_table[b, t // P], so its key is k_cache[block_table[b, t // P], t % P, kvh, :] (v_cache alike).\n"
-    "scores[b, h, t] = scale * dot(q[b, h, :], key of token t, head h // G); P = softmax over t;\n"
-    "out[b, h, :] = sum_t P[b, h, t] * (value of token t, head h // G). Accumulate in fp32; out is bf16.\n"
+    "scores[b, h, t] = scale * dot(q[b, h, :], key of token t, head h // G); probs = softmax over t;\n"
+    "out[b, h, :] = sum_t probs[b, h, t] * (value of token t, head h // G). Accumulate in fp32; out is bf16.\n"
     "Sequence b owns pages block_table[b, 0 .. ceil(seq_lens[b] / P) - 1]: distinct pages in no order (not\n"
-    "contiguous, not increasing), no page owned by two sequences. seq_lens[b] >= 1 and <= S, any value (often not\n"
-    "a multiple of P, 1 included). Everything else is garbage and must never reach out: block_table[b, j] for\n"
-    "j >= ceil(seq_lens[b] / P) names some page that is not b's (do not follow it), pages no sequence owns and the\n"
-    "slots of b's last page past seq_lens[b] hold NaN or +-2^100. Masking the scores of such slots is not enough\n"
-    "(0 * NaN is NaN): do not load them (masked loads with zero fill), or zero them before P @ V.\n"
+    "contiguous, not increasing), no page owned by two sequences. 1 <= seq_lens[b] <= S, any value (often not a\n"
+    "multiple of P, 1 included; S, the shape's longest length, is not passed: S <= MAXP * P).\n"
+    "Everything else is garbage and must never reach out: block_table[b, j] for j >= ceil(seq_lens[b] / P)\n"
+    "names some page that is not b's (do not follow it), pages no sequence owns and the slots of b's last page\n"
+    "past seq_lens[b] hold NaN or +-2^100. Masking the scores of such slots is not enough\n"
+    "(0 * NaN is NaN): do not load them (masked loads with zero fill), or zero them before probs @ V.\n"
     "MAXP = ceil(S / P) (the block table's row length); NP = B * (MAXP + 1) pages in each cache. Addresses in\n"
     "k_cache / v_cache can pass 2^31 bytes at large shapes: compute them in 64 bits.\n"
     "Every shape with B, S >= 1, P in {1, 16, 64}, D in {64, 128, 256}, HKV >= 1 and H = G * HKV with G in 1..8\n"
@@ -319,7 +320,7 @@ TASK = Task(
     shown_reference=(decode_reference,),
     reference_call="outputs = decode_reference(q, k_cache, v_cache, block_table, seq_lens, shape)  # -> out",
     baseline=_flashinfer_baseline if FLASHINFER else _sdpa_baseline,
-    baseline_name="FlashInfer BatchDecodeWithPagedKVCacheWrapper (NHD)" if FLASHINFER
+    baseline_name="FlashInfer paged batch decode (NHD)" if FLASHINFER
     else "torch SDPA over pages it gathers per call (flashinfer not installed)",
     draw_shape=draw_shape,
     draw_first=lambda rng, shape, fixed: draw_shape(rng, shape, fixed, long=True),

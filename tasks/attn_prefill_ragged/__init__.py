@@ -185,7 +185,7 @@ def _cudnn_per_sequence(inputs, shape):
 
 TASK = Task(
     name="attn_prefill_ragged",
-    title="causal prefill attention over a ragged batch (cu_seqlens), bf16, head dim 128/256, GQA",
+    title="causal prefill attention, ragged batch, bf16, head dim 128/256, GQA",
     contract=CONTRACT,
     default_shape=dict(DEFAULT_SHAPE),
     tolerance=dict(TOLERANCE),
