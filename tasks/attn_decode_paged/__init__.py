@@ -183,10 +183,11 @@ def paged_inputs(shape, seed, device, kind="normal"):
     pages_needed = [-(-n // P) for n in lengths]
     pages = rng.sample(range(NP), NP)  # every page once, in random order
     owned, garbage = pages[: sum(pages_needed)], pages[sum(pages_needed):]
-    rows, at = [], 0
+    padding = rng.choices(garbage, k=B * MAXP - len(owned))  # what the table holds past each sequence's pages
+    rows, at, pad = [], 0, 0
     for n in pages_needed:
-        rows.append(owned[at: at + n] + [rng.choice(garbage) for _ in range(MAXP - n)])
-        at += n
+        rows.append(owned[at: at + n] + padding[pad: pad + MAXP - n])
+        at, pad = at + n, pad + MAXP - n
     block_table = torch.tensor(rows, dtype=torch.int32, device=device).reshape(B, MAXP)
     seq_lens = torch.tensor(lengths, dtype=torch.int32, device=device)
 
