@@ -226,30 +226,41 @@ def test_prefill_judge_passes_each_sequence_and_fails_one_sequence_for_all(kind)
 
 # ---- through the judge/runner split: int32 tensors and NaN inputs in shared buffers ---------------------------
 
-def test_int32_page_tables_and_nan_caches_go_through_the_judge_and_runner(tmp_path):
+def _judge_on_cpu(tmp_path, task, candidate: str, shapes, env: dict) -> dict:
+    """The check stage of the judge (its own process) with the candidate in its jailed runner, buffers shared as
+    memfd (tests/test_judge_isolation.py does the same for gemm): every shape with every input kind."""
     from tests.test_judge_isolation import SLOTS
 
     from xlang.profiler.stages.launch import run_stage
 
-    shapes = DECODE_SHAPES[:2]
-    build = tmp_path / "build"
+    build = tmp_path / f"build-{len(list(tmp_path.iterdir()))}"
     build.mkdir()
-    (build / "candidate.py").write_text((Path(__file__).parent / "kernels/isolation/cpu_decode_paged.py").read_text())
+    (build / "candidate.py").write_text((Path(__file__).parent / "kernels" / "isolation" / candidate).read_text())
+    spec = {"lang": "triton", "task": task.name, "arch": "h100", "device": "cpu", "gpu_index": SLOTS,
+            "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
+            "readable": [str(build)], "trials": [(s, kind, 10 + i) for i, s in enumerate(shapes)
+                                                 for kind in task.input_kinds],
+            "timing": {"enabled": False}, "call_timeout_s": 60, "env": env}
+    work = build / "eval"
+    work.mkdir(mode=0o700)
+    return run_stage({**spec, "mode": "check"}, work, "check", 180).result
 
-    def check(how):
-        spec = {"lang": "triton", "task": "attn_decode_paged", "arch": "h100", "device": "cpu", "gpu_index": SLOTS,
-                "hello": {"op": "hello", "device": "cpu", "lang": "triton", "load": str(build / "candidate.py")},
-                "readable": [str(build)], "trials": [(s, kind, 10 + i) for i, s in enumerate(shapes)
-                                                     for kind in DECODE.input_kinds],
-                "timing": {"enabled": False}, "call_timeout_s": 60, "env": {"XLANG_TEST_DECODE": how}}
-        work = tmp_path / f"eval-{how}"
-        work.mkdir(mode=0o700)
-        return run_stage({**spec, "mode": "check"}, work, "check", 180).result
 
-    honest = check("table")
+def test_int32_page_tables_and_nan_caches_go_through_the_judge_and_runner(tmp_path):
+    shapes = DECODE_SHAPES[:2]
+    honest = _judge_on_cpu(tmp_path, DECODE, "cpu_decode_paged.py", shapes, {"XLANG_TEST_DECODE": "table"})
     assert honest["status"] == "ok", honest
     assert honest["correctness"]["passed"] and honest["correctness"]["trials"] == 6
-    cheat = check("contiguous")
+    cheat = _judge_on_cpu(tmp_path, DECODE, "cpu_decode_paged.py", shapes, {"XLANG_TEST_DECODE": "contiguous"})
+    assert cheat["status"] == "incorrect" and "out:" in cheat["detail"], cheat
+
+
+def test_cu_seqlens_of_b_plus_1_go_through_the_judge_and_runner(tmp_path):
+    shapes = [PREFILL.shape({"B": 3, "T": 150, "H": 2, "HKV": 1}), PREFILL.shape({"B": 1, "T": 1, "H": 2, "HKV": 2})]
+    honest = _judge_on_cpu(tmp_path, PREFILL, "cpu_prefill_ragged.py", shapes, {})
+    assert honest["status"] == "ok", honest
+    assert honest["correctness"]["trials"] == 2 * len(PREFILL.input_kinds)
+    cheat = _judge_on_cpu(tmp_path, PREFILL, "cpu_prefill_ragged.py", shapes[:1], {"XLANG_TEST_PREFILL": "one"})
     assert cheat["status"] == "incorrect" and "out:" in cheat["detail"], cheat
 
 
