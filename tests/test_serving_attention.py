@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 from xlang.backend import get_backend, lang_names  # noqa: E402
 from xlang.profiler.stages.check import compare_inputs, compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
-from tasks.attn_decode_paged import GARBAGE, sequence_lengths  # noqa: E402
+from tasks.attn_decode_paged import FLASHINFER, GARBAGE, sequence_lengths  # noqa: E402
 from tasks.attn_prefill_ragged import sequence_lengths as prefill_lengths  # noqa: E402
 
 DECODE = get_task("attn_decode_paged")
@@ -168,6 +168,17 @@ def test_inputs_holding_nan_are_compared_as_the_judge_copied_them():
     flat = after["v_cache"].view(-1)
     flat[int(flat.isnan().nonzero()[0])] = 0.0  # a garbage slot overwritten is a modified input too
     assert compare_inputs(x, after)["input"] == "v_cache"
+
+
+@pytest.mark.skipif(FLASHINFER, reason="FlashInfer is the baseline here")
+def test_decode_sdpa_baseline_computes_the_task_from_the_contracts_sizes():
+    """Without FlashInfer the baseline is torch SDPA over the pages it gathers: on the CPU too. It gets only the
+    contract's sizes, as the runner passes them (xlang.profiler.runner._baseline_entry)."""
+    for shape in DECODE_SHAPES:
+        x = DECODE.make_inputs(shape, 4, "cpu")
+        got = DECODE.baseline(x, {k: shape[k] for k in DECODE.contract.sizes})()
+        assert not _fails(DECODE, {"out": got.reshape(shape["B"], shape["H"], shape["D"])}, x, shape)
+    assert "flashinfer not installed" in DECODE.baseline_name
 
 
 def test_decode_figures_count_only_the_sequences_tokens():

@@ -280,13 +280,15 @@ def _flashinfer_baseline(inputs, shape):
 
 
 def _sdpa_baseline(inputs, shape):
-    """Each call gathers every sequence's tokens out of the pages into [B, HKV, S, D] (slots past a sequence's
-    length read its first token, masked out: never garbage) and runs torch SDPA (whichever backend torch picks for
-    a boolean mask with GQA) on them. The slot indices come from the setup, untimed."""
+    """Each call gathers every sequence's tokens out of the pages into [B, HKV, MAXP * P, D] (slots past a
+    sequence's length read its first token, masked out: never garbage) and runs torch SDPA (whichever backend torch
+    picks for a boolean mask with GQA) on them. The slot indices come from the setup, untimed. `shape` holds the
+    contract's sizes only (the runner passes those): S is not among them."""
     import torch
     import torch.nn.functional as F
 
-    B, H, HKV, D, P, S = (shape[k] for k in ("B", "H", "HKV", "D", "P", "S"))
+    B, H, HKV, D, P, MAXP = (shape[k] for k in ("B", "H", "HKV", "D", "P", "MAXP"))
+    S = MAXP * P
     q, k_cache, v_cache, table = inputs["q"], inputs["k_cache"], inputs["v_cache"], inputs["block_table"]
     lens = inputs["seq_lens"].long()
     t = torch.arange(S, device=q.device)
