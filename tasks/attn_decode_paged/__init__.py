@@ -169,8 +169,8 @@ def min_bytes(shape) -> float:
 def paged_inputs(shape, seed, device, kind="normal"):
     """q, k_cache, v_cache, block_table, seq_lens for one call (see the module docstring). Kinds:
     normal: N(0, 1).
-    large: q = 1 + N(0,1) * ..., keys of element mean 0.5: scaled scores ~ 200 per row (as attention's `large`), so
-        exp overflows fp32 unless the row max is subtracted first.
+    large: q = N(0,1) + 400/sqrt(D), keys of element mean exactly 0.5: scaled scores ~ 200 per row (as attention's
+        `large`), so exp overflows fp32 unless the row max is subtracted first.
     large_v: q, k normal; each value channel offset by 1..3 (random sign) and all of V times 2^16: |V| beyond
         fp16's 65504, so a P @ V accumulated in fp16 overflows.
     Garbage (every kind): the slots no sequence owns hold NaN (pages of even index) or +-2^100 (odd)."""
