@@ -52,6 +52,13 @@ CASES = [
     ("attn_bwd", "cutedsl", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd_causal", "cutedsl", "b200", "D=96,S=300,H=2,HKV=1", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd", "cutedsl", "b200", "D=64", BLACKWELL),
+    # The serving attention tasks (issue 33): never run on a GPU; here they build with their required families.
+    ("attn_decode_paged", "triton", "h100", None, {"cp_async", "mma_sync"}),
+    ("attn_decode_paged", "triton", "h100", "D=256,P=1", {"cp_async"}),
+    ("attn_decode_paged", "triton", "b200", "P=64,D=64", {"cp_async"}),
+    ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
+    ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
+    ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
 ]
 
 

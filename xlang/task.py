@@ -26,20 +26,26 @@ from xlang import resources
 from xlang.errors import XlangError
 
 ENTRY_POINT = "xlang_entry"
-DTYPE_BYTES = {"bf16": 2, "fp32": 4}
-C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "int32": 4}
+C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float", "int32": "int"}
+_SIZE_PLUS = re.compile(r"(\w+)\+(\d+)")  # a tensor dimension "B+1": size B plus a constant (CSR offsets)
 
 
 @dataclass(frozen=True)
 class TensorArg:
     name: str
     role: str  # "in" or "out"
-    dtype: str  # "bf16" | "fp32"
-    shape: tuple[str, ...]  # size names, e.g. ("M", "K")
+    dtype: str  # "bf16" | "fp32" | "int32" (indices: page tables, sequence offsets)
+    shape: tuple[str, ...]  # size names, e.g. ("M", "K"), or a size plus a constant ("B+1")
     doc: str = ""
 
     def dims(self, shape: dict[str, int]) -> tuple[int, ...]:
-        return tuple(shape[s] for s in self.shape)
+        return tuple(_dim(shape, s) for s in self.shape)
+
+
+def _dim(shape: dict[str, int], name: str) -> int:
+    plus = _SIZE_PLUS.fullmatch(name)
+    return shape[plus.group(1)] + int(plus.group(2)) if plus else shape[name]
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,10 @@ class Task:
     # kernel's outputs are that kind's scaled exactly: {kind: {output: factor}} scales the output's atol with it, and
     # the kind checks range (an fp16 accumulator overflows) and nothing else.
     kind_output_scale: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Sizes that follow from the others (attn_decode_paged: the block table's width MAXP = ceil(S / P)): shape -> {name:
+    # value}. Task.shape fills them after the overrides, except those the caller gave (check_shape then says whether
+    # they agree); draw_shape sets them itself.
+    derived_sizes: Callable[[dict], dict] | None = None
 
     def tolerance_for(self, output: str, kind: str = "normal") -> tuple[float, float]:
         """(atol, rtol) of one output in a trial of input kind `kind`, applied per element as torch.allclose does."""
@@ -232,6 +242,8 @@ class Task:
             if key not in shape:
                 raise XlangError(f"task {self.name} has no size '{key}' (its sizes: {', '.join(shape)})")
             shape[key] = int(value)
+        if self.derived_sizes is not None:
+            shape.update({k: v for k, v in self.derived_sizes(shape).items() if k not in (overrides or {})})
         try:
             self.check_shape(shape)
         except ValueError as e:

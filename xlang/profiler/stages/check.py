@@ -75,7 +75,9 @@ def compare_inputs(before: dict, after: dict) -> dict | None:
         if not torch.equal(old, new):
             changed = (old != new) & ~(torch.isnan(old) & torch.isnan(new))
             n = int(changed.sum())
-            flat = int(changed.flatten().nonzero()[0]) if n else 0
+            if not n:  # NaN inputs (attn_decode_paged's garbage pages) are never torch.equal to themselves
+                continue
+            flat = int(changed.flatten().nonzero()[0])
             return {"input": name, "changed": n, "elements": old.numel(),
                     "index": list(_unravel(flat, tuple(old.shape))),
                     "was": float(old.flatten()[flat].float()), "now": float(new.flatten()[flat].float())}
