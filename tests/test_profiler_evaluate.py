@@ -92,6 +92,14 @@ def test_static_screen_forbidden_call():
     assert v.fingerprint["harness_version"]
 
 
+def test_the_serving_baselines_libraries_are_screened(tmp_path):
+    """FlashInfer is attn_decode_paged's baseline: a candidate importing it (or DeepGEMM) stops at the screen."""
+    for lang, text in (("triton", "import flashinfer\n"), ("triton", "from deep_gemm import fp8_gemm_nt\n"),
+                       ("cuda_ptx", "#include <flashinfer/attention/decode.cuh>\n")):
+        v = ev.evaluate(text, lang, "attn_decode_paged", "h200")
+        assert v.category == V.FORBIDDEN_CALL and "static screen" in v.detail, (lang, text, v.detail)
+
+
 def test_no_code():
     assert ev.evaluate("   ", "triton", "gemm", "h200").category == V.NO_CODE
 

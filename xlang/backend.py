@@ -39,7 +39,7 @@ TORCH_COMPUTE_FORBIDDEN = (
     (r"\.(matmul|mm|bmm)\(", "matrix products through torch are not allowed"),
     (r"\b(scaled_dot_product_attention|flash_attn|torch\.nn\.functional|F\.softmax|torch\.softmax)\b",
      "torch / library attention or softmax is not allowed"),
-    (r"\b(cublas|cudnn)\b", "vendor libraries are not allowed"),
+    (r"\b(cublas|cudnn|flashinfer|deep_gemm)\b", "vendor libraries are not allowed"),  # flashinfer: serving baselines
     (r"\bquack\b", "the peers' libraries (quack, flash_attn) are not allowed: they are the comparison, not the answer"),
 )
 

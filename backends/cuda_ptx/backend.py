@@ -35,6 +35,7 @@ class CudaPtxBackend(Backend):
         (r"\bcublas\w*", "cuBLAS calls are not allowed: the candidate must compute with its own kernels"),
         (r"\bcudnn\w*", "cuDNN calls are not allowed: the candidate must compute with its own kernels"),
         (r"#\s*include\s*[<\"](cutlass|cute)/", "CUTLASS / CuTe C++ headers are another language (use cutedsl)"),
+        (r"#\s*include\s*[<\"](flashinfer|deep_gemm)/", "FlashInfer / DeepGEMM are the baselines, not the answer"),
         (r"#\s*include\s*[<\"](torch|ATen|c10)/", "torch / ATen are not available to a cuda_ptx candidate"),
     )
 
