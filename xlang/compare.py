@@ -589,6 +589,28 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
         console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
     for line in tables.runtime_banners(result.dataset):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
+    print_suites(result.dataset, console)
+
+
+def print_suites(dataset, console) -> None:
+    """--suite: the suite summary per cell and the per-shape table of the candidates it shows (nothing when no
+    suite was timed)."""
+    from rich import box
+    from rich.table import Table
+
+    from xlang.report import tables
+    from xlang.terminal import keep_words
+
+    for title, frame in (("shape suites (best candidate per cell)", tables.suite_table(dataset)),
+                         ("shape suites, per shape", tables.suite_shape_table(dataset))):
+        if frame.empty:
+            continue
+        table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
+        for col in frame.columns:
+            table.add_column(str(col), justify="right" if "×" in col or "ms" in col or "/s" in col else "left")
+        for row in frame.itertuples(index=False):
+            table.add_row(*[str(v) for v in row])
+        console.print(keep_words(table, console))
 
 
 def to_json(result: CompareResult) -> dict:

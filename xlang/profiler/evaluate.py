@@ -166,16 +166,8 @@ def start_gpu(job: Job, ctx: Context) -> bool:
     rng = random.Random(seed)
     shapes = options.shapes or task.draw_shapes(job.shape_dict, rng, options.drawn_shapes, fixed=options.fixed)
     kinds = list(getattr(task, "input_kinds", ("normal",)))
-    trials = [(s, kinds[(i + t) % len(kinds)], seed + 1000 * i + t)
-              for i, s in enumerate(shapes) for t in range(options.trials)]
     suite = task.suite(options.suite).describe() if options.suite else None
-    if suite:  # every shape of the suite is checked too, the value kinds cycling on (a drawn one is not repeated)
-        extra: list[dict] = []
-        for s in (x["shape"] for x in suite["shapes"]):
-            if s not in shapes and s not in extra:
-                extra.append(s)
-        trials += [(s, kinds[(len(shapes) + i + t) % len(kinds)], seed + 1000 * (len(shapes) + i) + t)
-                   for i, s in enumerate(extra) for t in range(options.trials)]
+    trials = correctness_trials(shapes, suite, kinds, seed, options.trials)
     smallest = min(shapes, key=lambda s: task.flops(s))
     drawn = [s for s in shapes[1:] if s != smallest]
     memcheck_trials = [(smallest, "normal", seed + 500)] + ([(max(drawn, key=task.flops), kinds[-1], seed + 501)]
@@ -219,6 +211,17 @@ def start_gpu(job: Job, ctx: Context) -> bool:
                                seeds={"base": seed, "timing": timing_seed})
     ctx.spec, ctx.gpu = spec, gpu
     return True
+
+
+def correctness_trials(shapes: list[dict], suite: dict | None, kinds: list[str], seed: int, per_shape: int) -> list:
+    """[(shape, value kind, seed)]: per_shape trials of each shape (the timed one, then the drawn ones), then of each
+    shape of the suite that is not among them, the value kinds cycling across shapes and trials."""
+    checked = list(shapes)
+    for s in (x["shape"] for x in (suite or {}).get("shapes", [])):
+        if s not in checked:
+            checked.append(s)
+    return [(s, kinds[(i + t) % len(kinds)], seed + 1000 * i + t) for i, s in enumerate(checked)
+            for t in range(per_shape)]
 
 
 # What each suite shape adds to the check stage's limit: its correctness trials and both sides' timed calls. A
