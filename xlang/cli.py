@@ -81,16 +81,18 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
             peers.add_row(r["task"], p["display"], ", ".join(p["packages"]),
                           "installed" if p["installed"] else "not installed")
     console.print(keep_words(peers, console))
-    listed = Table(title="shape suites (--suite NAME in eval, run, compare)")
-    for col in ("task", "suite", "shapes", "what", "source"):
+    listed = Table(title="shape suites (--suite NAME in eval, run, compare; sources: xlang tasks --suites)")
+    for col in ("task", "suite", "shapes", "what"):
         listed.add_column(col, no_wrap=col in ("task", "suite"))
     for r in rows:
         for s in r["suites"]:
-            listed.add_row(r["task"], s["name"], str(s["count"]), s["title"], s["source"])
+            listed.add_row(r["task"], s["name"], str(s["count"]), s["title"])
     console.print(keep_words(listed, console))
     if suites:
         for r in rows:
             for s in r["suites"]:
+                console.print(f"{r['task']} suite {s['name']}: {s['source']}", highlight=False, markup=False,
+                              overflow="fold")
                 shapes = Table(title=f"{r['task']} suite {s['name']} ({s['count']} shapes)")
                 shapes.add_column("label")
                 shapes.add_column("shape")
