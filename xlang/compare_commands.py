@@ -136,7 +136,7 @@ def report_command(
                                                               "(AXIS=VALUE pairs; a|b for either)"),
     by: Optional[str] = typer.Option(None, "--by", help="also a table grouped by these axes, printed and written "
                                                         "(data/custom.csv): any of task, arch, lang, model, docs, "
-                                                        "prompt_variant, context, notes, shape, D, gqa, turns_limit, "
+                                                        "prompt_variant, context, notes, suite, shape, D, gqa, turns_limit, "
                                                         "turns"),
     turn_limits: str = typer.Option("1,4,8", "--turn-limits", help="the turn limits of the main and turn tables"),
     model: Optional[str] = typer.Option(None, "--model", help="the model of the language × architecture table "
