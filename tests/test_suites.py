@@ -321,3 +321,15 @@ def test_compare_with_a_suite_on_cpu_stores_it_and_shows_the_axis(xlang, tmp_pat
     assert run["config"]["suite"] == "llama3-8b"
     assert turn["verdict"]["suite"]["name"] == "llama3-8b" and turn["verdict"]["suite"]["summary"] is None
     assert len(turn["verdict"]["suite"]["shapes"]) == 20
+
+
+def test_the_models_feedback_names_the_suites_geomean_and_worst_shape():
+    from xlang.agent import feedback as F
+    from xlang.archs import get_arch
+    from xlang.backend import get_backend
+    from xlang.verdict import Verdict
+
+    v = Verdict.from_dict(_suite_verdict(get_task("gemm"), "llama3-8b", "ok", [0.5, 2.0]))
+    text = F.feedback_text(v, turn_idx=1, turns=4, backend=get_backend("triton"), arch=get_arch("h100"))
+    assert "Across the 20 shapes of suite llama3-8b: geomean speedup 1" in text
+    assert "worst qkv_proj M=1,N=6144,K=4096 0.50×" in text

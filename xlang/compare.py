@@ -374,13 +374,14 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None, on_stage=None):
             store.supersede(cell.supersedes, cell.run_id)
 
     options = {**dict(model=cfg.model, turns=cfg.turns, samples=cfg.samples, docs=cfg.docs,
-                      shape=task_shape(cfg, cell.task), seed=cfg.seed, context=cfg.context), **cell.options}
+                      shape=task_shape(cfg, cell.task), seed=cfg.seed, context=cfg.context,
+                      suite=cell.suite or None), **cell.options}
     rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, profiler=_profiler_spec(cfg), store=cfg.store,
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, temperature=cfg.temperature,
                    max_tokens=cfg.max_tokens, run_id=cell.run_id, prompt_variants=cfg.prompt_variants,
                    target_speedup=cfg.target_speedup, peers=cfg.peers, timing_rest_ms=cfg.timing_rest_ms,
                    notes=cell.notes, notes_store=cfg.notes_store if cell.notes != "none" else None,
-                   notes_k=cfg.notes_k, suite=cell.suite or None, **options)
+                   notes_k=cfg.notes_k, **options)
     return run(rc, on_turn, on_stage)
 
 
