@@ -153,14 +153,14 @@ def _suite_verdict(task, suite_name, category, speedups):
     return v
 
 
-def _store(path, with_old_run=True):
+def _store(path, with_old_run=True, with_suite_run=True):
     from xlang.store import Store
 
     task = get_task("gemm")
     with Store(path) as store:
         runs = [("s-1", {"suite": "llama3-8b"}, [_suite_verdict(task, "llama3-8b", "incorrect", [3.0]),
                                                  _suite_verdict(task, "llama3-8b", "ok", [0.5, 2.0]),
-                                                 _suite_verdict(task, "llama3-8b", "ok", [0.8])])]
+                                                 _suite_verdict(task, "llama3-8b", "ok", [0.8])])][:int(with_suite_run)]
         if with_old_run:  # a run stored before suites: no suite in its config, no suite field in its verdict
             old = _suite_verdict(task, "llama3-8b", "ok", [1.0])
             del old["suite"]
@@ -217,6 +217,7 @@ def test_report_command_writes_the_suite_tables(xlang, tmp_path):
     assert "| qkv_proj | M=1,N=6144,K=4096 |" in md
     assert len((out / "data" / "suite_shapes.csv").read_text().splitlines()) == 21
     assert "Shape suites: per shape" in (out / "index.html").read_text()
+    assert (out / "plots" / "suite_speedups.png").stat().st_size > 0 and "suite_speedups.png" in md
     code, _, err = xlang("report", "--store", db, "--out", tmp_path / "r2", "--where", "suite=nope")
     assert code == 2 and "suite values: '', llama3-8b" in err
 
@@ -228,6 +229,13 @@ def test_report_without_suites_has_no_suite_sections(xlang, tmp_path):
     _store(db)
     ds = source.load(db).filter({"suite": [""]})
     assert tables.suite_table(ds).empty and "suite" not in tables.cell_stats(ds).columns
+    old = tmp_path / "old.db"
+    _store(old, with_suite_run=False)  # a store of runs made before suites
+    out = tmp_path / "rep"
+    code, _, err = xlang("report", "--store", old, "--out", out)
+    assert code == 0, err
+    md = (out / "report.md").read_text()
+    assert "Shape suites" not in md and not (out / "plots" / "suite_speedups.png").exists()
 
 
 def test_cli_refuses_an_unknown_suite_before_any_work(xlang, tmp_path):

@@ -305,6 +305,10 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
             "Tokens against best speedup",
             "One point per sample: its completion tokens (reasoning included) and its best speedup among candidates "
             "correct with the target instructions (0: none).")] if plots.has_tokens(t["samples"]) else []),
+        *([(plots.suite_plot(tables.suite_shape_points(ds), out / "plots" / "suite_speedups.png"),
+            "Speedup over the vendor per suite shape",
+            "--suite runs: each cell's shown candidate (the suite tables') against the vendor at every shape of the "
+            "suite, in the suite's order; dashed line: parity.")] if not t["suite_shapes"].empty else []),
         (plots.mix_plot(t["instruction_mix"], out / "plots" / "instruction_mix.png"),
          "SASS instruction mix per language",
          "Static SASS census of each run's best compiled candidate, per language and architecture."),
@@ -313,6 +317,9 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
     engine = parquet_engine()
     stale = out / "plots" / "tokens_vs_speedup.png"  # from an earlier report into the same folder
     if not plots.has_tokens(t["samples"]) and stale.is_file():
+        stale.unlink()
+    stale = out / "plots" / "suite_speedups.png"
+    if t["suite_shapes"].empty and stale.is_file():
         stale.unlink()
     report = Report(out, out / "index.html", out / "report.md", plots=[p for p, _, _ in plot_files], tables=t)
     for name in [*TABLE_FILES, *(["custom"] if by else [])]:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from xlang.archs import tensor_core_opcodes
-from xlang.report.data import DONE, MISSING, Dataset
+from xlang.report.data import DONE, MISSING, SUITE_SHAPE_COLUMNS, Dataset
 from xlang.verdict import CATEGORIES
 
 TURN_LIMITS = (1, 4, 8)
@@ -515,22 +515,31 @@ def suite_table(ds: Dataset) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SUITE_COLUMNS)
 
 
+def suite_shape_points(ds: Dataset) -> pd.DataFrame:
+    """The shown candidates' per-shape figures as numbers (Dataset.suite_shapes rows, the key's suite and model
+    from their cell), in suite order: what the per-shape table and plot show."""
+    parts = []
+    for r in suite_candidates(ds).to_dict("records"):
+        shapes = ds.suite_shapes[(ds.suite_shapes["run_id"] == r["run_id"]) & (ds.suite_shapes["turn"] == r["turn"])]
+        parts.append(shapes.assign(**{k: r[k] for k in SUITE_KEY}))
+    if not parts:
+        return pd.DataFrame(columns=SUITE_SHAPE_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)
+    for col in ("candidate_ms", "baseline_ms", "speedup", "tflops", "baseline_tflops", "gbps"):
+        out[col] = pd.to_numeric(out[col], errors="coerce")
+    return out
+
+
 def suite_shape_table(ds: Dataset) -> pd.DataFrame:
     """The per-shape view (tritonbench's): for each shown candidate (suite_candidates), one row per suite shape
     with its latency, the vendor's, TFLOP/s, GB/s (Task.min_bytes over the latency) and the speedup."""
-    rows = []
-
     def num(x, digits):
-        x = pd.to_numeric(x, errors="coerce")
         return "–" if pd.isna(x) else f"{x:.{digits}f}"
 
-    for r in suite_candidates(ds).to_dict("records"):
-        shapes = ds.suite_shapes[(ds.suite_shapes["run_id"] == r["run_id"]) & (ds.suite_shapes["turn"] == r["turn"])]
-        for s in shapes.to_dict("records"):
-            rows.append({**{k: r[k] for k in SUITE_KEY}, "layer": s["label"], "shape": s["shape"],
-                         "ms": num(s["candidate_ms"], 4), "vendor ms": num(s["baseline_ms"], 4),
-                         "TFLOP/s": num(s["tflops"], 1), "vendor TFLOP/s": num(s["baseline_tflops"], 1),
-                         "GB/s": num(s["gbps"], 0), "× vendor": num(s["speedup"], 3)})
+    rows = [{**{k: s[k] for k in SUITE_KEY}, "layer": s["label"], "shape": s["shape"],
+             "ms": num(s["candidate_ms"], 4), "vendor ms": num(s["baseline_ms"], 4), "TFLOP/s": num(s["tflops"], 1),
+             "vendor TFLOP/s": num(s["baseline_tflops"], 1), "GB/s": num(s["gbps"], 0),
+             "× vendor": num(s["speedup"], 3)} for s in suite_shape_points(ds).to_dict("records")]
     return pd.DataFrame(rows, columns=SUITE_SHAPE_TABLE_COLUMNS)
 
 
