@@ -341,3 +341,19 @@ def test_the_models_feedback_names_the_suites_geomean_and_worst_shape():
     text = F.feedback_text(v, turn_idx=1, turns=4, backend=get_backend("triton"), arch=get_arch("h100"))
     assert "Across the 20 shapes of suite llama3-8b: geomean speedup 1" in text
     assert "worst qkv_proj M=1,N=6144,K=4096 0.50×" in text
+
+
+def test_a_suite_shape_faster_than_the_roofline_is_flagged():
+    from xlang.archs import get_arch
+
+    task = get_task("gemm")
+    suite = task.suite("llama3-8b").describe()
+    figures = get_arch("h100").figures
+    cand = [{"stats": {"median_ms": 1e-6 if i == 4 else 10.0}} for i in range(len(suite["shapes"]))]
+    rec = suite_result(task, suite, cand, [{"stats": {"median_ms": 10.0}}] * len(suite["shapes"]), figures)
+    big = rec["shapes"][4]  # qkv_proj M=8192: 2 * 8192 * 6144 * 4096 FLOPs cannot take a nanosecond
+    assert big["beyond_roofline"] and big["roofline_floor_ms"] == pytest.approx(
+        max(task.flops(big["shape"]) / (figures["peak_dense_bf16_tflops"] * 1e12) * 1e3,
+            task.min_bytes(big["shape"]) / (figures["mem_bandwidth_tbs"] * 1e12) * 1e3))
+    assert rec["beyond_roofline"] == ["qkv_proj M=8192,N=6144,K=4096"]
+    assert not any(s["beyond_roofline"] for i, s in enumerate(rec["shapes"]) if i != 4)

@@ -113,10 +113,23 @@ def _text(shape: dict) -> str:
 
 # ---- one shape's figures and a suite's summary (the judge makes them; reports read them back) -----------------
 
-def shape_record(task, label: str, shape: dict, candidate: dict | None, baseline: dict | None) -> dict:
+def roofline_floor_ms(task, shape: dict, figures: dict | None) -> float | None:
+    """The least time the shape can take on an architecture (archs.toml figures: peak dense bf16 TFLOP/s and memory
+    TB/s), as stages.timing's record computes it for the timed shape; None without figures."""
+    figures = figures or {}
+    peak, bw = figures.get("peak_dense_bf16_tflops"), figures.get("mem_bandwidth_tbs")
+    floors = [task.flops(shape) / (peak * 1e12) * 1e3] if peak else []
+    if bw and task.min_bytes is not None:
+        floors.append(task.min_bytes(shape) / (bw * 1e12) * 1e3)
+    return max(floors) if floors else None
+
+
+def shape_record(task, label: str, shape: dict, candidate: dict | None, baseline: dict | None,
+                 floor_ms: float | None = None) -> dict:
     """One timed suite shape: the candidate's and the vendor's medians (ms, from stages.timing.time_calls' stats),
-    the speedup (vendor ms / candidate ms), TFLOP/s (the task's FLOPs over the median) and GB/s (Task.min_bytes
-    over the median; None where the task defines none)."""
+    the speedup (vendor ms / candidate ms), TFLOP/s (the task's FLOPs over the median), GB/s (Task.min_bytes
+    over the median; None where the task defines none) and, as for the timed shape, whether the candidate beat the
+    roofline floor (suspicious: a flag, not a verdict)."""
     c_ms = (candidate or {}).get("median_ms")
     b_ms = (baseline or {}).get("median_ms")
     flops = task.flops(shape)
@@ -129,7 +142,8 @@ def shape_record(task, label: str, shape: dict, candidate: dict | None, baseline
             "speedup": b_ms / c_ms if c_ms and b_ms else None,
             "tflops": per_s(flops, c_ms, 1e12), "baseline_tflops": per_s(flops, b_ms, 1e12),
             "gbps": per_s(nbytes, c_ms, 1e9), "baseline_gbps": per_s(nbytes, b_ms, 1e9),
-            "flops": flops, "min_bytes": nbytes,
+            "flops": flops, "min_bytes": nbytes, "roofline_floor_ms": floor_ms,
+            "beyond_roofline": bool(floor_ms is not None and c_ms is not None and c_ms < floor_ms),
             "candidate": candidate, "baseline": baseline}
 
 
@@ -152,14 +166,16 @@ def summarise(shapes: list[dict]) -> dict:
             "tflops_min": min(tflops) if tflops else None, "tflops_max": max(tflops) if tflops else None}
 
 
-def suite_result(task, suite: dict, candidate: list[dict], baseline: list[dict]) -> dict:
+def suite_result(task, suite: dict, candidate: list[dict], baseline: list[dict], figures: dict | None = None) -> dict:
     """The verdict's suite record from the judge's timings (one time_calls result per suite shape and side, in the
-    suite's order; a side not timed: an empty list)."""
+    suite's order; a side not timed: an empty list); figures: the architecture's (Arch.figures), for the roofline."""
     shapes = [shape_record(task, s["label"], s["shape"], (candidate[i] if i < len(candidate) else {}).get("stats"),
-                           (baseline[i] if i < len(baseline) else {}).get("stats"))
+                           (baseline[i] if i < len(baseline) else {}).get("stats"),
+                           roofline_floor_ms(task, s["shape"], figures))
               for i, s in enumerate(suite["shapes"])]
     return {"name": suite["name"], "title": suite.get("title", ""), "source": suite.get("source", ""),
-            "shapes": shapes, "summary": summarise(shapes)}
+            "shapes": shapes, "summary": summarise(shapes),
+            "beyond_roofline": [s["label"] + " " + _text(s["shape"]) for s in shapes if s["beyond_roofline"]]}
 
 
 def worst_text(summary: dict | None) -> str:

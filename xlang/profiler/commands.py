@@ -200,7 +200,7 @@ def print_suite(suite: dict, v) -> None:
     for s in shapes:
         table.add_row(s["label"], format_shape(s["shape"]), num(s.get("candidate_ms"), 4), num(s.get("baseline_ms"), 4),
                       num(s.get("tflops"), 1), num(s.get("baseline_tflops"), 1), num(s.get("gbps"), 0),
-                      num(s.get("speedup"), 3))
+                      num(s.get("speedup"), 3) + (" (beyond roofline: suspicious)" if s.get("beyond_roofline") else ""))
     console.print(table)
     correct = f"correct on all {len(shapes)} shapes" if v.correct else f"not correct ({v.category})"
     console.print(f"suite {suite['name']}: {correct} · geomean {summary['geomean_speedup']:.3f}x "
