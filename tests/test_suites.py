@@ -357,3 +357,19 @@ def test_a_suite_shape_faster_than_the_roofline_is_flagged():
             task.min_bytes(big["shape"]) / (figures["mem_bandwidth_tbs"] * 1e12) * 1e3))
     assert rec["beyond_roofline"] == ["qkv_proj M=8192,N=6144,K=4096"]
     assert not any(s["beyond_roofline"] for i, s in enumerate(rec["shapes"]) if i != 4)
+
+
+def test_compare_prints_the_suite_tables_at_80_columns_without_cutting_a_word(tmp_path):
+    from rich.console import Console
+
+    from xlang.compare import print_suites
+    from xlang.report import source
+
+    db = tmp_path / "r.db"
+    _store(db)
+    console = Console(width=80, record=True, file=open(tmp_path / "out.txt", "w"))
+    print_suites(source.load(db), console)
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    assert "suite gemm · llama3-8b · h100 · triton · reference: s-1#0 turn 2" in text.replace("\n", " ")
+    assert text.count("qkv_proj") >= 6 and "K=14336" in text  # every shape's row (and the worst shape's line)

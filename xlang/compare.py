@@ -594,24 +594,35 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
 
 
 def print_suites(dataset, console) -> None:
-    """--suite: the suite summary per cell and the per-shape table of the candidates it shows (nothing when no
-    suite was timed)."""
+    """--suite: per cell, one line of its shown candidate's suite summary, then its per-shape table (nothing when
+    no suite was timed). Split and wrapped between words like the main table, never cut."""
     from rich import box
     from rich.table import Table
 
     from xlang.report import tables
-    from xlang.terminal import keep_words
+    from xlang.terminal import column_groups, keep_words
 
-    for title, frame in (("shape suites (best candidate per cell)", tables.suite_table(dataset)),
-                         ("shape suites, per shape", tables.suite_shape_table(dataset))):
-        if frame.empty:
-            continue
-        table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False)
-        for col in frame.columns:
-            table.add_column(str(col), justify="right" if "×" in col or "ms" in col or "/s" in col else "left")
-        for row in frame.itertuples(index=False):
-            table.add_row(*[str(v) for v in row])
-        console.print(keep_words(table, console))
+    shapes = tables.suite_shape_table(dataset)
+    for r in tables.suite_table(dataset).to_dict("records"):
+        key = " · ".join(str(r[k]) for k in tables.SUITE_KEY)
+        console.print(f"[bold]suite {key}[/bold]: {r['candidate']} (correct with target: {r['with target']}), "
+                      f"{r['shapes']} shapes, geomean {r['geomean× vendor']}× vendor, time-weighted "
+                      f"{r['time-weighted× vendor']}×, worst {r['worst shape']}, TFLOP/s {r['TFLOP/s (min–max)']}",
+                      highlight=False)
+        mine = shapes
+        for k in tables.SUITE_KEY:
+            mine = mine[mine[k] == r[k]]
+        headers = list(tables.SUITE_SHAPE_TABLE_COLUMNS[len(tables.SUITE_KEY):])
+        rows = [[str(row[h]).replace(",", ", ") if h == "shape" else str(row[h]) for h in headers]
+                for row in mine.to_dict("records")]
+        for n, part in enumerate(column_groups(headers, rows, 2, console.width)):
+            table = Table(title=f"per shape{' (continued)' if n else ''}", header_style="bold", box=box.SIMPLE_HEAD,
+                          show_edge=False)
+            for i in part:
+                table.add_column(headers[i], justify="left" if i < 2 else "right")
+            for row in rows:
+                table.add_row(*[row[i] for i in part])
+            console.print(keep_words(table, console))
 
 
 def to_json(result: CompareResult) -> dict:
