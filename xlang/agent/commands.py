@@ -117,6 +117,11 @@ def run_command(
         table.add_row(str(s.sample_idx), s.status, str(s.turns), str(s.best_turn or "-"), s.best_category or "-",
                       f"{s.best_speedup:.3g}x" if s.best_speedup else "-", (s.note or "")[:80])
     console.print(table)
+    if suite:  # the suite summary and per-shape table of the run's best candidate (nothing when none was timed)
+        from xlang.compare import print_suites
+        from xlang.report import source
+
+        print_suites(source.load(result.store, [result.run_id]), console)
     console.print(f"runtime: {result.runtime_note or 'ran'} · cost ${result.cost_usd:.4f} · store {result.store} · "
                   f"status {result.status}", highlight=False)
     if result.status == "error":
