@@ -39,8 +39,9 @@ def _spaced(text: str) -> str:
 
 
 @app.command("tasks")
-def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the tasks as JSON")):
-    """List the tasks: contract, default shape, tolerance, baseline, peers."""
+def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the tasks as JSON"),
+                  suites: bool = typer.Option(False, "--suites", help="also list every shape of each suite")):
+    """List the tasks: contract, default shape, tolerance, baseline, peers, shape suites (--suite NAME)."""
     from xlang.task import all_tasks, format_shape
     from xlang.terminal import keep_words, make_console
 
@@ -50,7 +51,8 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
              "output_tolerance": {k: dict(v) for k, v in t.output_tolerance.items()},
              "baseline": t.baseline_name,
              "peers": [{"name": p.name, "display": p.display, "packages": list(p.distributions),
-                        "installed": p.missing() is None} for p in t.peers]} for t in all_tasks()]
+                        "installed": p.missing() is None} for p in t.peers],
+             "suites": [{**s.describe(), "count": len(s.shapes)} for s in t.suites().values()]} for t in all_tasks()]
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -79,6 +81,24 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
             peers.add_row(r["task"], p["display"], ", ".join(p["packages"]),
                           "installed" if p["installed"] else "not installed")
     console.print(keep_words(peers, console))
+    listed = Table(title="shape suites (--suite NAME in eval, run, compare; sources: xlang tasks --suites)")
+    for col in ("task", "suite", "shapes", "what"):
+        listed.add_column(col, no_wrap=col in ("task", "suite"))
+    for r in rows:
+        for s in r["suites"]:
+            listed.add_row(r["task"], s["name"], str(s["count"]), s["title"])
+    console.print(keep_words(listed, console))
+    if suites:
+        for r in rows:
+            for s in r["suites"]:
+                console.print(f"{r['task']} suite {s['name']}: {s['source']}", highlight=False, markup=False,
+                              overflow="fold")
+                shapes = Table(title=f"{r['task']} suite {s['name']} ({s['count']} shapes)")
+                shapes.add_column("label")
+                shapes.add_column("shape")
+                for x in s["shapes"]:
+                    shapes.add_row(x["label"], _spaced(format_shape(x["shape"])))
+                console.print(keep_words(shapes, console))
 
 
 @app.command("langs")

@@ -58,6 +58,9 @@ class CompareConfig:
     notes: list[str] = field(default_factory=lambda: ["none"])  # --notes: fix-note levels, an axis of the matrix
     notes_store: str | None = None  # --notes-store: the notes (notes.jsonl of `xlang fixit export`)
     notes_k: int = 3  # --notes-k: notes retrieved per failed turn
+    # --suite: shape suites (xlang.suites), an axis of the matrix: each task runs once per named suite it carries,
+    # and once without a suite when it carries none of them
+    suites: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Cell:
     options: dict = field(default_factory=dict)  # RunConfig fields of this cell alone (xlang rejudge: its model,
     # turns, docs, shape, seed and context come from the stored run or the file it judges again)
     notes: str = "none"  # the fix-note level of the cell's runs (xlang.fixit.notes; --notes, an axis)
+    suite: str = ""  # the shape suite its verdicts check and time ("" none; --suite, an axis)
 
 
 @dataclass
@@ -112,12 +116,21 @@ def task_shape(cfg: CompareConfig, task: str) -> dict:
     return {k: v for k, v in sorted(cfg.shape.items()) if k in sizes}
 
 
-def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str, runtime=None, notes: str = "none") -> str:
+def task_suites(cfg: CompareConfig, task: str) -> list[str]:
+    """The --suite names this task carries, in the given order; [""] (no suite) when it carries none of them."""
+    from xlang.task import get_task
+
+    own = get_task(task).suites()
+    return [s for s in cfg.suites if s in own] or [""]
+
+
+def cell_run_id(cfg: CompareConfig, task: str, lang: str, arch: str, runtime=None, notes: str = "none",
+                suite: str = "") -> str:
     """Deterministic: the same command under the same toolchain names the same run (what makes a compare
     resumable). runtime: the cell's Runtime (None: static only)."""
     from xlang.identity import digest, toolchain_identity
 
-    return f"{cell_key(cfg, task, lang, arch, notes)}-t{digest(toolchain_identity(lang, runtime))}"
+    return f"{cell_key(cfg, task, lang, arch, notes, suite)}-t{digest(toolchain_identity(lang, runtime))}"
 
 
 def _notes_digest(path: str | None) -> str | None:
@@ -127,10 +140,11 @@ def _notes_digest(path: str | None) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str, notes: str = "none") -> str:
+def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str, notes: str = "none", suite: str = "") -> str:
     """The cell, whatever the toolchain: the run id of compares made before toolchain identities (stores made then
     resume through their recorded versions, xlang.identity.stored_identity). A fix-note level other than none
-    names another cell, with the notes store's content and --notes-k."""
+    names another cell, with the notes store's content and --notes-k; so does a shape suite, with its shapes (a
+    suite whose shapes change is another cell)."""
     key = {"task": task, "lang": lang, "arch": arch, "model": cfg.model, "turns": cfg.turns, "samples": cfg.samples,
            "docs": cfg.docs, "shape": task_shape(cfg, task), "seed": cfg.seed,
            "temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
@@ -141,6 +155,10 @@ def cell_key(cfg: CompareConfig, task: str, lang: str, arch: str, notes: str = "
             key[name] = getattr(cfg, name)
     if notes != "none":
         key.update(notes=notes, notes_store=_notes_digest(cfg.notes_store), notes_k=cfg.notes_k)
+    if suite:
+        from xlang.task import get_task
+
+        key.update(suite=suite, suite_shapes=get_task(task).suite(suite).describe()["shapes"])
     from xlang import HARNESS_VERSION
 
     if HARNESS_VERSION != "3":  # another harness measures differently: its verdicts are new runs (ids of 3 unchanged)
@@ -176,6 +194,12 @@ def validate(cfg: CompareConfig) -> CompareConfig:
         task = get_task(t)
         known |= set(task.default_shape)
         task.shape(task_shape(cfg, t))  # the task's own rules (e.g. S divisible by the tile)
+    cfg.suites = list(dict.fromkeys(cfg.suites or []))
+    for name in cfg.suites:  # each suite must be some selected task's
+        if not any(name in get_task(t).suites() for t in cfg.tasks):
+            carried = "; ".join(f"{t}: {', '.join(get_task(t).suites()) or 'none'}" for t in cfg.tasks)
+            raise XlangError(f"--suite {name}: no selected task has such a suite (suites of the tasks: {carried}; "
+                             "`xlang tasks --suites` lists them)")
     unknown = sorted(set(cfg.shape) - known)
     if unknown:
         raise XlangError(f"--shape {', '.join(unknown)}: no selected task has such a size "
@@ -207,8 +231,8 @@ def validate(cfg: CompareConfig) -> CompareConfig:
 
 
 def plan(cfg: CompareConfig, runtimes: dict | None = None) -> list[Cell]:
-    """Task-major, then architecture, then language, then fix-note level. runtimes: arch -> the Runtime its cells are
-    judged with."""
+    """Task-major, then architecture, then language, then suite, then fix-note level. runtimes: arch -> the Runtime
+    its cells are judged with."""
     from xlang.identity import digest, toolchain_identity
 
     cells = []
@@ -216,9 +240,11 @@ def plan(cfg: CompareConfig, runtimes: dict | None = None) -> list[Cell]:
         for a in cfg.archs:
             for lang in cfg.langs:
                 identity = toolchain_identity(lang, (runtimes or {}).get(a))
-                for notes in cfg.notes or ["none"]:
-                    key = cell_key(cfg, t, lang, a, notes)
-                    cells.append(Cell(t, lang, a, f"{key}-t{digest(identity)}", key, identity, notes=notes))
+                for suite in task_suites(cfg, t):
+                    for notes in cfg.notes or ["none"]:
+                        key = cell_key(cfg, t, lang, a, notes, suite)
+                        cells.append(Cell(t, lang, a, f"{key}-t{digest(identity)}", key, identity, notes=notes,
+                                          suite=suite))
     return cells
 
 
@@ -348,7 +374,8 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None, on_stage=None):
             store.supersede(cell.supersedes, cell.run_id)
 
     options = {**dict(model=cfg.model, turns=cfg.turns, samples=cfg.samples, docs=cfg.docs,
-                      shape=task_shape(cfg, cell.task), seed=cfg.seed, context=cfg.context), **cell.options}
+                      shape=task_shape(cfg, cell.task), seed=cfg.seed, context=cfg.context,
+                      suite=cell.suite or None), **cell.options}
     rc = RunConfig(task=cell.task, lang=cell.lang, arch=cell.arch, profiler=_profiler_spec(cfg), store=cfg.store,
                    max_cost=cfg.max_cost, concurrency=cfg.concurrency, temperature=cfg.temperature,
                    max_tokens=cfg.max_tokens, run_id=cell.run_id, prompt_variants=cfg.prompt_variants,
@@ -359,8 +386,9 @@ def run_cell(cfg: CompareConfig, cell: Cell, on_turn=None, on_stage=None):
 
 
 def cell_label(cell: Cell) -> str:
-    """'gemm · triton · h100', with the fix-note level when it is not none."""
-    return f"{cell.task} · {cell.lang} · {cell.arch}" + (f" · notes {cell.notes}" if cell.notes != "none" else "")
+    """'gemm · triton · h100', with the suite and the fix-note level when there are."""
+    return f"{cell.task} · {cell.lang} · {cell.arch}" + (f" · suite {cell.suite}" if cell.suite else "") \
+        + (f" · notes {cell.notes}" if cell.notes != "none" else "")
 
 
 def _profiler_spec(cfg: CompareConfig) -> str:
@@ -462,6 +490,7 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
                      else "candidates as stored") + f" · runtime: {where} · store {cfg.store}"
                   + (f" · shape {','.join(f'{k}={v}' for k, v in cfg.shape.items())}" if cfg.shape else "")
                   + (f" · notes {','.join(cfg.notes)} ({cfg.notes_store})" if cfg.notes != ["none"] else "")
+                  + (f" · suites {','.join(cfg.suites)}" if cfg.suites else "")
                   + (f" · {len(finished)} cell(s) already stored, {len(todo)} to run" if finished else ""),
                   highlight=False)
     again: dict[str, int] = {}
@@ -561,6 +590,39 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
         console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
     for line in tables.runtime_banners(result.dataset):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
+    print_suites(result.dataset, console)
+
+
+def print_suites(dataset, console) -> None:
+    """--suite: per cell, one line of its shown candidate's suite summary, then its per-shape table (nothing when
+    no suite was timed). Split and wrapped between words like the main table, never cut."""
+    from rich import box
+    from rich.table import Table
+
+    from xlang.report import tables
+    from xlang.terminal import column_groups, keep_words
+
+    shapes = tables.suite_shape_table(dataset)
+    for r in tables.suite_table(dataset).to_dict("records"):
+        key = " · ".join(str(r[k]) for k in tables.SUITE_KEY)
+        console.print(f"[bold]suite {key}[/bold]: {r['candidate']} (correct with target: {r['with target']}), "
+                      f"{r['shapes']} shapes, geomean {r['geomean× vendor']}× vendor, time-weighted "
+                      f"{r['time-weighted× vendor']}×, worst {r['worst shape']}, TFLOP/s {r['TFLOP/s (min–max)']}",
+                      highlight=False)
+        mine = shapes
+        for k in tables.SUITE_KEY:
+            mine = mine[mine[k] == r[k]]
+        headers = list(tables.SUITE_SHAPE_TABLE_COLUMNS[len(tables.SUITE_KEY):])
+        rows = [[str(row[h]).replace(",", ", ") if h == "shape" else str(row[h]) for h in headers]
+                for row in mine.to_dict("records")]
+        for n, part in enumerate(column_groups(headers, rows, 2, console.width)):
+            table = Table(title=f"per shape{' (continued)' if n else ''}", header_style="bold", box=box.SIMPLE_HEAD,
+                          show_edge=False)
+            for i in part:
+                table.add_column(headers[i], justify="left" if i < 2 else "right")
+            for row in rows:
+                table.add_row(*[row[i] for i in part])
+            console.print(keep_words(table, console))
 
 
 def to_json(result: CompareResult) -> dict:

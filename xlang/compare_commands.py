@@ -36,6 +36,9 @@ def compare_command(
                                                    "M=4096,N=4096,K=4096 (gemm) or S=2048 (attention); a sweep, one "
                                                    "row per shape: M=1024,2048,4096 (values) or M=1024:8192:x2 "
                                                    "(LO:HI:STEP, HI included; xF multiplies, a number adds)"),
+    suite: Optional[str] = typer.Option(None, "--suite", help="shape suites, comma-separated, an axis of the matrix "
+                                                              "(xlang tasks --suites): each verdict checks and times "
+                                                              "every shape of the suite, for the tasks that carry it"),
     seed: int = typer.Option(0, help="base seed; sample k uses seed+k"),
     concurrency: int = typer.Option(DEFAULT_CONCURRENCY, help="samples of one cell run at the same time"),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="per cell: stop LLM calls past this many USD"),
@@ -87,7 +90,8 @@ def compare_command(
                             max_cost=max_cost, temperature=temperature, max_tokens=max_tokens,
                             prompt_variants=prompt_variants, context=context, target_speedup=target_speedup, ray=ray,
                             peers=not no_peers, timing_rest_ms=timing_rest_ms, rerun=rerun,
-                            notes=split_list(notes) or ["none"], notes_store=notes_store, notes_k=notes_k)
+                            notes=split_list(notes) or ["none"], notes_store=notes_store, notes_k=notes_k,
+                            suites=split_list(suite))
         results.append(run_compare(cfg, console))
     result = results[0] if len(results) == 1 else _merged(results, cfg.store)
     print_table(result, console, title=f"xlang compare · model {cfg.model} · turns {cfg.turns} · "
@@ -132,7 +136,7 @@ def report_command(
                                                               "(AXIS=VALUE pairs; a|b for either)"),
     by: Optional[str] = typer.Option(None, "--by", help="also a table grouped by these axes, printed and written "
                                                         "(data/custom.csv): any of task, arch, lang, model, docs, "
-                                                        "prompt_variant, context, notes, shape, D, gqa, turns_limit, "
+                                                        "prompt_variant, context, notes, suite, shape, D, gqa, turns_limit, "
                                                         "turns"),
     turn_limits: str = typer.Option("1,4,8", "--turn-limits", help="the turn limits of the main and turn tables"),
     model: Optional[str] = typer.Option(None, "--model", help="the model of the language × architecture table "

@@ -55,6 +55,9 @@ def _run_cells(cfg: CompareConfig, spec: dict) -> list[tuple]:
                            max(t["turn_idx"] for t in turns[run["run_id"]]), docs=run.get("docs_level") or "contracts",
                            shape=run.get("shape") or {}, seed=run.get("seed") or 0,
                            context=run.get("context") or "trimmed")
+            suite = (run.get("config") or {}).get("suite")
+            if suite:  # judged again with its shape suite (a run without one keeps its key as before suites)
+                options["suite"] = suite
             key_of = {"of": run["run_id"], "model": run["model"], "replies": replies, "peers": cfg.peers,
                       "timing_rest_ms": cfg.timing_rest_ms, **{k: v for k, v in options.items() if k != "model"}}
             out.append((run["task"], run["lang"], run["arch"],

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from xlang import resources
+from xlang import resources, suites
 from xlang.errors import XlangError
 
 ENTRY_POINT = "xlang_entry"
@@ -290,6 +290,14 @@ class Task:
 
     def folder(self):
         return resources.folder("tasks") / self.name
+
+    def suites(self) -> dict:
+        """The task's named shape suites (tasks/<task>/suites.toml; xlang.suites): {name: Suite}."""
+        return suites.task_suites(self)
+
+    def suite(self, name: str):
+        """One suite by name; XlangError listing the task's suites when it has no such one."""
+        return suites.get_suite(self, name)
 
     def solution_path(self, lang: str, generation: str, suffix: str):
         """This task's own expert file: solutions/<lang>_<generation><suffix>, else solutions/<lang><suffix>."""

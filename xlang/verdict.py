@@ -70,6 +70,11 @@ class Verdict:
     # per GPU stage (check, memcheck, ncu): {"stdout", "stderr"}, the last 6 KiB of what the candidate's process
     # printed (stages/process.py OUTPUT_TAIL_CHARS); None when nothing ran
     output: dict | None = None
+    # With --suite (xlang.suites): {"name", "title", "source", "shapes": [per shape: label, shape, candidate_ms,
+    # baseline_ms, speedup, tflops, gbps, ...], "summary": summarise()}. The suite's shapes are among the
+    # correctness trials, so `correct` covers every one of them; the timings exist only when the check passed and
+    # timing ran. None: no suite (and every verdict stored before suites existed).
+    suite: dict | None = None
 
     @property
     def correct_with_arch(self) -> bool:

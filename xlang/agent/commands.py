@@ -36,6 +36,8 @@ def run_command(
     concurrency: int = typer.Option(DEFAULT_CONCURRENCY, help="samples run at the same time"),
     stop_on_ok: bool = typer.Option(False, "--stop-on-ok", help="end a sample at its first ok (or static_ok)"),
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
+    suite: Optional[str] = typer.Option(None, "--suite", help="a shape suite of the task (xlang tasks --suites): "
+                                                              "each verdict checks and times every shape of it"),
     temperature: Optional[float] = typer.Option(None, help="sampling temperature (default: the provider's)"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens",
                                              help="most tokens per reply (default: the provider's)"),
@@ -77,7 +79,7 @@ def run_command(
         profiler = profiler_spec(ray)
     cfg = RunConfig(task=task, lang=lang, arch=arch, model=model, turns=turns, samples=samples, docs=docs,
                     profiler=profiler, store=store or default_store(),
-                    max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape),
+                    max_cost=max_cost, concurrency=concurrency, stop_on_ok=stop_on_ok, shape=parse_shape(shape), suite=suite,
                     temperature=temperature, max_tokens=max_tokens, seed=seed, run_id=run_id,
                     prompt_variants=prompt_variants, context=context, target_speedup=target_speedup,
                     peers=not no_peers, notes=notes, notes_store=notes_store, notes_k=notes_k)
@@ -115,6 +117,11 @@ def run_command(
         table.add_row(str(s.sample_idx), s.status, str(s.turns), str(s.best_turn or "-"), s.best_category or "-",
                       f"{s.best_speedup:.3g}x" if s.best_speedup else "-", (s.note or "")[:80])
     console.print(table)
+    if suite:  # the suite summary and per-shape table of the run's best candidate (nothing when none was timed)
+        from xlang.compare import print_suites
+        from xlang.report import source
+
+        print_suites(source.load(result.store, [result.run_id]), console)
     console.print(f"runtime: {result.runtime_note or 'ran'} · cost ${result.cost_usd:.4f} · store {result.store} · "
                   f"status {result.status}", highlight=False)
     if result.status == "error":

@@ -10,6 +10,7 @@ import json
 
 from xlang import verdict as V
 from xlang.agent.buildinfo import memcheck_source_lines, resources_text
+from xlang.suites import worst_text
 from xlang.task import ENTRY_POINT
 
 # Best first: what "best candidate" means when no candidate is ok.
@@ -169,6 +170,10 @@ def feedback_text(verdict: V.Verdict, *, turn_idx: int, turns: int, backend, arc
         body.append(f"Correct and executing the required instructions{': ' + t if t else ''}.")
         if verdict.detail:
             body.append(verdict.detail)
+        summary = (getattr(verdict, "suite", None) or {}).get("summary")
+        if summary and summary.get("geomean_speedup"):  # --suite: how it does across the suite's shapes
+            body.append(f"Across the {summary['timed']} shapes of suite {verdict.suite['name']}: geomean speedup "
+                        f"{_fmt(summary['geomean_speedup'])}x over the baseline, worst {worst_text(summary)}.")
         ask = (f"Make it faster (tiling, pipelining depth, warp specialisation, persistent scheduling, epilogue). "
                f"Reply with the complete improved source in one ```{fence} block.")
     elif cat == V.STATIC_OK:

@@ -50,6 +50,7 @@ class RunConfig:
     concurrency: int = 4
     stop_on_ok: bool = False
     shape: dict = field(default_factory=dict)  # size overrides
+    suite: str | None = None  # a shape suite of the task (xlang.suites): every verdict checks and times its shapes
     temperature: float | None = None
     max_tokens: int | None = None
     top_p: float | None = None
@@ -158,6 +159,8 @@ class Run:
         self.arch = get_arch(cfg.arch)
         self.backend = get_backend(cfg.lang)
         self.shape = self.task.shape(cfg.shape)
+        if cfg.suite is not None:
+            self.task.suite(cfg.suite)  # an unknown suite: one line listing the task's, before any work
         self.required = self.task.required_for(self.arch)
         self.source = make_source(cfg.model, self.task, cfg.lang, self.arch, self.backend, cfg.sampling())
         self.source.check()  # missing API key: one line, before any work
@@ -181,6 +184,7 @@ class Run:
                         "runtime_note": self.runtime.note, "prompt_variants": list(self.variants),
                         "target_speedup": cfg.target_speedup, "peers": cfg.peers,
                         "timing_rest_ms": cfg.timing_rest_ms, **self.source.config(),
+                        **({"suite": cfg.suite} if cfg.suite else {}),
                         "toolchain": toolchain_identity(cfg.lang, self.runtime),
                         **({"notes_store": str(Path(cfg.notes_store).resolve()), "notes_k": cfg.notes_k,
                             "notes_count": len(self.notes.notes)} if self.notes else {})},
@@ -272,7 +276,8 @@ class Run:
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
             j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
-                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms},
+                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms,
+                       **({"suite": cfg.suite} if cfg.suite else {})},
                       on_stage=lambda what: self._stage(k, turn_idx, turns, what))
             v = j.verdict
             key = F.rank_key(v.category, v.speedup, v.to_dict())

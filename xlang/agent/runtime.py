@@ -111,6 +111,8 @@ def assess(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtim
     stage = on_stage or (lambda name: None)
     job = Job.of(task, lang, arch, shape)
     verdict = V.Verdict(V.OK, **base)
+    if (options or {}).get("suite"):  # the suite asked for, also where no runtime judges it (evaluate() says the same)
+        verdict.suite = {**task.suite(options["suite"]).describe(), "summary": None}
     ctx = Context(task, arch, get_backend(lang), EvalOptions(), verdict, Path(workdir), code, build_dir=Path(workdir),
                   build_fn=runtime.build, on_stage=lambda name: stage("building") if name == "build" else None)
     result = run_stages(STATIC_STAGES, job, ctx)

@@ -32,6 +32,8 @@ def eval_command(
     task: str = typer.Option(..., "--task", "-t"),
     arch: str = typer.Option("auto", "--arch", "-a", help="h100 | h200 | b200 | auto (the GPU present)"),
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
+    suite: Optional[str] = typer.Option(None, "--suite", help="a shape suite of the task (xlang tasks --suites): "
+                                                              "correct on every shape, each timed against the vendor"),
     require: Optional[str] = typer.Option(None, help="required families, comma-separated (default: the task's)"),
     as_json: bool = typer.Option(False, "--json", help="print the verdict as JSON"),
     no_memcheck: bool = typer.Option(False, "--no-memcheck", help="skip compute-sanitizer memcheck"),
@@ -77,11 +79,14 @@ def eval_command(
                              f"(tasks/{task}/solutions/)")
         candidate = solution.text
     shape_obj = task_obj.shape(parse_shape(shape))
+    if suite is not None:
+        task_obj.suite(suite)  # an unknown suite: one line listing the task's, before any build
     required = parse_required(arch_obj, require, task_obj.required_for(arch_obj))
     options = EvalOptions(memcheck=not no_memcheck, ncu=not no_ncu, timing=not no_timing, peers=not no_peers,
                           trials=trials, seed=seed, timing_rest_ms=timing_rest_ms,
                           require=required, check_timeout_s=timeout, memcheck_timeout_s=timeout,
-                          ncu_timeout_s=timeout, workdir=workdir, fixed=tuple(parse_shape(shape)), label=f"{task}-{lang}-expert" if expert else file.stem)
+                          ncu_timeout_s=timeout, workdir=workdir, fixed=tuple(parse_shape(shape)), suite=suite,
+                          label=f"{task}-{lang}-expert" if expert else file.stem)
     v = evaluate(candidate, lang, task_obj, arch_obj, shape_obj, options)
     if as_json:
         print(json.dumps(v.to_dict(), indent=1, default=str))
@@ -146,6 +151,8 @@ def print_verdict(v) -> None:
                 console.print(profile_line(profile), style="dim", highlight=False, markup=False)
         for line in peers_not_run(t):
             console.print(f"[yellow]{line}[/yellow]", highlight=False)
+    if v.suite:
+        print_suite(v.suite, v)
     from xlang.verdict import output_tails
 
     for stage, stream, text in output_tails(v.output):
@@ -166,6 +173,39 @@ def print_verdict(v) -> None:
                         if fp.get(key))
     parts += [versions, f"seed {fp.get('seed')}", f"harness {fp.get('harness_version')}", f"{fp.get('seconds')} s"]
     console.print("[dim]" + " · ".join(p for p in parts if p) + "[/dim]")
+
+
+def print_suite(suite: dict, v) -> None:
+    """The suite's per-shape table (latency, TFLOP/s, GB/s, x vendor) and its summary line; where its shapes were
+    not timed, why."""
+    from xlang.suites import worst_text
+
+    shapes, summary = suite.get("shapes") or [], suite.get("summary")
+    timed = [s for s in shapes if s.get("speedup")]
+    head = f"suite {suite['name']}: {len(shapes)} shapes ({suite.get('title', '')})"
+    if not timed:
+        if not v.runtime_ran:
+            why = v.runtime_note or "not run"
+        else:
+            why = "not timed (" + ("the check did not pass: " + v.category if not v.correct else "timing did not run") + ")"
+        console.print(f"{head}: correctness and timing {why}", highlight=False, markup=False)
+        return
+    table = Table(title=head)
+    for col in ("layer", "shape", "ms", "vendor ms", "TFLOP/s", "vendor TFLOP/s", "GB/s", "x vendor"):
+        table.add_column(col, justify="left" if col in ("layer", "shape") else "right")
+
+    def num(x, digits):
+        return f"{x:.{digits}f}" if isinstance(x, (int, float)) else "-"
+
+    for s in shapes:
+        table.add_row(s["label"], format_shape(s["shape"]), num(s.get("candidate_ms"), 4), num(s.get("baseline_ms"), 4),
+                      num(s.get("tflops"), 1), num(s.get("baseline_tflops"), 1), num(s.get("gbps"), 0),
+                      num(s.get("speedup"), 3) + (" (beyond roofline: suspicious)" if s.get("beyond_roofline") else ""))
+    console.print(table)
+    correct = f"correct on all {len(shapes)} shapes" if v.correct else f"not correct ({v.category})"
+    console.print(f"suite {suite['name']}: {correct} · geomean {summary['geomean_speedup']:.3f}x "
+                  f"vendor over {summary['timed']} timed · worst {worst_text(summary)} · time-weighted "
+                  f"{summary['time_weighted_speedup']:.3f}x", highlight=False, markup=False)
 
 
 def math_line(e: dict) -> str:

@@ -80,6 +80,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     job = Job.of(task, lang, arch, shape, options.require or task.required_for(arch))
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1, 2**31 - 10**6)
     verdict = V.Verdict(category=V.OK, lang=lang, task=task.name, arch=arch.name, shape=dict(shape))
+    if options.suite:  # which suite was asked, even where runtime cannot run; the check stage adds its figures
+        verdict.suite = {**task.suite(options.suite).describe(), "summary": None}
     verdict.fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
                            "workdir": str(workdir), "stages": [s.name for s in STAGES]}
     ctx = Context(task, arch, backend, options, verdict, workdir, source, build, start_gpu=start_gpu, seed=seed)
@@ -165,8 +167,8 @@ def start_gpu(job: Job, ctx: Context) -> bool:
     rng = random.Random(seed)
     shapes = options.shapes or task.draw_shapes(job.shape_dict, rng, options.drawn_shapes, fixed=options.fixed)
     kinds = list(getattr(task, "input_kinds", ("normal",)))
-    trials = [(s, kinds[(i + t) % len(kinds)], seed + 1000 * i + t)
-              for i, s in enumerate(shapes) for t in range(options.trials)]
+    suite = task.suite(options.suite).describe() if options.suite else None
+    trials = correctness_trials(shapes, suite, kinds, seed, options.trials)
     smallest = min(shapes, key=lambda s: task.flops(s))
     drawn = [s for s in shapes[1:] if s != smallest]
     memcheck_trials = [(smallest, "normal", seed + 500)] + ([(max(drawn, key=task.flops), kinds[-1], seed + 501)]
@@ -194,8 +196,9 @@ def start_gpu(job: Job, ctx: Context) -> bool:
                    "peer_budget_s": options.peer_timeout_s, "rest_ms": float(options.timing_rest_ms)},
         "peers": peer_specs(task, options) if options.timing else [],
         "call_timeout_s": options.check_timeout_s,
+        "suite": suite,  # the judge times each of its shapes after the timed one (candidate, then vendor)
     }
-    ctx.check_limit_s = check_limit(options, spec["peers"])
+    ctx.check_limit_s = check_limit(options, spec["peers"]) + (len(suite["shapes"]) * SUITE_SHAPE_S if suite else 0)
     side_by_side = options.overlap and (options.memcheck or options.ncu)
     if side_by_side and options.timing:
         ctx.gate = TimingGate(workdir, ctx.check_limit_s)
@@ -209,6 +212,23 @@ def start_gpu(job: Job, ctx: Context) -> bool:
                                seeds={"base": seed, "timing": timing_seed})
     ctx.spec, ctx.gpu = spec, gpu
     return True
+
+
+def correctness_trials(shapes: list[dict], suite: dict | None, kinds: list[str], seed: int, per_shape: int) -> list:
+    """[(shape, value kind, seed)]: per_shape trials of each shape (the timed one, then the drawn ones), then of each
+    shape of the suite that is not among them, the value kinds cycling across shapes and trials."""
+    checked = list(shapes)
+    for s in (x["shape"] for x in (suite or {}).get("shapes", [])):
+        if s not in checked:
+            checked.append(s)
+    return [(s, kinds[(i + t) % len(kinds)], seed + 1000 * i + t) for i, s in enumerate(checked)
+            for t in range(per_shape)]
+
+
+# What each suite shape adds to the check stage's limit: its correctness trials and both sides' timed calls. A
+# budget, not a measurement: no suite has run on a GPU yet (at the default shape the H200 took 1.3-1.6 s to time
+# the candidate and 1.2 s the vendor, README "Verdict time"; the largest suite shapes hold ~1 GB of inputs).
+SUITE_SHAPE_S = 30.0
 
 
 def _archive(workdir: Path, options: EvalOptions, label: str) -> None:

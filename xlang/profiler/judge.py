@@ -14,7 +14,10 @@ with it, tells it when to call its entry point, and decides from what it reads i
             and a secret random subset of timed calls, the last one included, is verified afterwards. Then the
             candidate's process tree is killed and the vendor baseline is timed the same way, in a process of
             its own, with no candidate process alive (NVML lists the GPU's processes to prove it), and after it
-            each of the task's peers that is installed (time_peers), the same way, one process each.
+            each of the task's peers that is installed (time_peers), the same way, one process each. With a
+            suite (spec["suite"], --suite), its shapes are among the correctness trials, and each is timed after
+            the timed shape, the candidate's and then the vendor's in the same processes (the peers: the timed
+            shape only); result["suite"] holds the per-shape figures and the summary (xlang.suites).
   memcheck  the runner under compute-sanitizer memcheck (its log goes to the judge's folder), one trial on
             each memcheck shape.
   ncu       the runner under Nsight Compute, one call on the timed shape; every kernel of that process.
@@ -39,6 +42,7 @@ import time
 import traceback
 from pathlib import Path
 
+from xlang.archs import get_arch
 from xlang.profiler.stages.calls import Outcome
 from xlang.profiler.stages.check import Provenance, _observer, correctness
 from xlang.profiler.stages.peers import time_peers
@@ -46,6 +50,8 @@ from xlang.profiler.stages.process import (CandidateError, Runner, RunnerGone, _
                                            apply_watch, foreign_gpu_work, gpu_tenants)
 from xlang.profiler.stages.timing import _timing_record, gpu_clocks, time_calls, wait_at_gate
 from xlang.profiler.stages.tools import run_tool_stage
+from xlang.suites import suite_result
+from xlang.task import format_shape
 
 
 class _Progress:
@@ -108,6 +114,11 @@ def run_check(ctx, progress) -> dict:
             return result
         shape = spec["timed_shape"]
         cand = time_calls(ctx, runner, observer, prov, shape, progress, "candidate")
+        # --suite: each suite shape timed the same way, by the same process, before the GPU-tenant check below
+        suite = spec.get("suite")
+        cand_suite = [time_calls(ctx, runner, observer, prov, s["shape"], progress,
+                                 f"candidate at {s['label']} {format_shape(s['shape'])}")
+                      for s in suite["shapes"]] if suite else []
         tenants = gpu_tenants(spec.get("gpu_index") or 0)
         others = None if tenants is None else sorted(tenants)
         env, extra = foreign_gpu_work(before, tenants, os.getpid())
@@ -122,7 +133,8 @@ def run_check(ctx, progress) -> dict:
             raise Outcome("forbidden_call", f"{len(extra)} processes besides the judge held the GPU while the "
                                             "candidate was timed: GPU work in a process the judge cannot observe "
                                             f"({_process_names(extra)})")
-        if observer is not None and cand["stats"]["median_ms"] > cand["wall_stats"]["median_ms"] * 1.05 + 0.05:
+        if observer is not None and any(t["stats"]["median_ms"] > t["wall_stats"]["median_ms"] * 1.05 + 0.05
+                                        for t in [cand, *cand_suite]):
             raise Outcome("runtime_error", "the observer's GPU time exceeds the judge's own wall clock around the "
                                            "same calls: the observer's records cannot be trusted")
         runner.close()
@@ -132,6 +144,9 @@ def run_check(ctx, progress) -> dict:
         vendor_runner.start({"op": "vendor", "task": task.name, "device": "cuda"})
         try:
             base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor", verify_n=0)
+            base_suite = [time_calls(ctx, vendor_runner, vendor_observer, None, s["shape"], progress,
+                                     f"vendor at {s['label']} {format_shape(s['shape'])}", verify_n=0)
+                          for s in suite["shapes"]] if suite else []
         finally:
             vendor_runner.close()
             vendor_runner = None
@@ -139,6 +154,8 @@ def run_check(ctx, progress) -> dict:
         result["timed_call_kernels"] = cand.get("call_kernels")
         result["timed_first_call_kernels"] = cand.get("first_call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
+        if suite:
+            result["suite"] = suite_result(task, suite, cand_suite, base_suite, get_arch(spec["arch"]).figures)
         # The peers last: what they do (or fail to do) cannot touch the candidate's or the vendor's figures.
         result["timing"].update(time_peers(ctx, shape, cand["stats"]["median_ms"], progress))
         return result

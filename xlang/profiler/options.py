@@ -17,6 +17,9 @@ class EvalOptions:
     seed: int | None = None  # base seed; random (and recorded) when None
     shapes: list[dict] | None = None  # correctness shapes instead of drawn ones (the first is timed)
     fixed: tuple[str, ...] = ()  # sizes the user set explicitly: drawn shapes keep them
+    # A shape suite of the task (xlang.suites, --suite NAME): its shapes join the correctness trials and each is
+    # timed against the vendor after the timed shape. None: none.
+    suite: str | None = None
     require: tuple[str, ...] | None = None  # required families; default: the task's for the arch
     run: str = "auto"  # "auto": run when a GPU of the arch is present; "never": build and census only
     check_timeout_s: float = 300.0

@@ -7,7 +7,7 @@
 The tables (SECTIONS, in order): main (model × task × arch × lang at 1, 4 and 8 turns), cells (the same at each
 run's own turn limit), turn limits (tasks pooled), docs-level ablation, fix-note ablation (when the runs have more
 than one notes level), pass@k and fast_p per cell and per model, language vs architecture for one model,
-head-dim / GQA generalisation, error categories per turn, turn-to-turn transitions, tokens against best speedup,
+head-dim / GQA generalisation, the shape suites (summary and per shape, when runs have one), error categories per turn, turn-to-turn transitions, tokens against best speedup,
 cost; then the SASS instruction mix, what was not run, and the environment fingerprints.
 """
 
@@ -56,6 +56,16 @@ SECTIONS = [
     ("shapes", "Head-dim and GQA generalisation (attention tasks)",
      "Attention runs per head dim D and GQA group (query heads per key/value head, H / HKV).",
      "--by model,task,arch,lang,D,gqa"),
+    ("suites", "Shape suites: summary per cell",
+     "Runs with --suite (xlang tasks --suites): per task × suite × arch × lang × model, one candidate, the best "
+     "geomean speedup over the vendor across the suite's shapes among candidates correct with the target "
+     "instructions (else among the correct ones, 'with target: no'); every shape of the suite was among its "
+     "correctness trials. Time-weighted: the vendor's total time over the candidate's across the shapes. Shown "
+     "when runs have a suite.", "--by task,suite,arch,lang,model"),
+    ("suite_shapes", "Shape suites: per shape",
+     "The same candidates, one row per suite shape: median latency (CUPTI kernel span, L2 flushed), the vendor's, "
+     "TFLOP/s (the task's FLOPs over the latency), GB/s (the fewest bytes the task must move over the latency) and "
+     "the speedup over the vendor.", ""),
     ("errors", "Error categories per turn",
      "How many candidates ended in each category (the first failing stage) at each turn index, over the finished "
      "samples that reached that turn.", ""),
@@ -70,7 +80,8 @@ SECTIONS = [
      "candidate correct with the target instructions.", ""),
 ]
 TABLE_FILES = ("main", "main_display", "cells", "cells_display", "turn_limits", "docs", "notes", "metrics",
-               "metrics_display", "metrics_models", "metrics_models_display", "lang_arch", "shapes",
+               "metrics_display", "metrics_models", "metrics_models_display", "lang_arch", "shapes", "suites",
+               "suite_shapes",
                "errors", "transitions", "tokens", "cost", "instruction_mix", "not_run", "environment", "runs", "turns")
 DEFINITIONS = (
     "<b>correct</b>: a candidate computed the function on fresh random inputs at run time (whatever its census "
@@ -237,6 +248,10 @@ def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = N
     t["shapes"] = tables.shape_table(ds)
     t["shapes_display"] = tables.format_scores(t["shapes"], _keys(t["shapes"], ["model", "task", "arch", "lang", "D",
                                                                                "gqa"]))
+    t["suites"] = tables.suite_table(ds)
+    t["suites_display"] = t["suites"]
+    t["suite_shapes"] = tables.suite_shape_table(ds)
+    t["suite_shapes_display"] = t["suite_shapes"]
     t["errors"] = tables.error_table(ds)
     t["errors_display"] = _counts_frame(t["errors"])
     t["transitions"] = tables.transitions_table(ds)
@@ -290,6 +305,10 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
             "Tokens against best speedup",
             "One point per sample: its completion tokens (reasoning included) and its best speedup among candidates "
             "correct with the target instructions (0: none).")] if plots.has_tokens(t["samples"]) else []),
+        *([(plots.suite_plot(tables.suite_shape_points(ds), out / "plots" / "suite_speedups.png"),
+            "Speedup over the vendor per suite shape",
+            "--suite runs: each cell's shown candidate (the suite tables') against the vendor at every shape of the "
+            "suite, in the suite's order; dashed line: parity.")] if not t["suite_shapes"].empty else []),
         (plots.mix_plot(t["instruction_mix"], out / "plots" / "instruction_mix.png"),
          "SASS instruction mix per language",
          "Static SASS census of each run's best compiled candidate, per language and architecture."),
@@ -298,6 +317,9 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
     engine = parquet_engine()
     stale = out / "plots" / "tokens_vs_speedup.png"  # from an earlier report into the same folder
     if not plots.has_tokens(t["samples"]) and stale.is_file():
+        stale.unlink()
+    stale = out / "plots" / "suite_speedups.png"
+    if t["suite_shapes"].empty and stale.is_file():
         stale.unlink()
     report = Report(out, out / "index.html", out / "report.md", plots=[p for p, _, _ in plot_files], tables=t)
     for name in [*TABLE_FILES, *(["custom"] if by else [])]:
@@ -341,6 +363,8 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
     for name, heading, what, grouping in SECTIONS:
         if name == "notes" and len(t["notes_levels"]) < 2:
             continue  # one notes level: the ablation table would repeat the main one
+        if name in ("suites", "suite_shapes") and t[name].empty:
+            continue  # no run has a timed suite
         display = t[f"{name}_display"]
         if name == "lang_arch":
             heading += f" — {t['lang_arch_model'] or 'no model'}"

@@ -6,7 +6,7 @@ Everything in a report is computed from these two frames, and they are built fro
 
 A run record (one sample, i.e. one trajectory):
   {run_id, task, lang, arch, model, sample, turns_limit, docs, prompt_variant, context, notes (fix-note level:
-   none | bm25 | bm25+kernel), shape: {size: int},
+   none | bm25 | bm25+kernel), shape: {size: int}, suite (the shape suite of --suite, "" none),
    status, note, environment: {...},
    turns: [{turn, verdict: Verdict.to_dict(), prompt_tokens, completion_tokens, reasoning_tokens, total_tokens,
             cost_usd}, ...]}
@@ -24,18 +24,22 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from xlang.errors import XlangError
+from xlang.suites import worst_text
 from xlang.verdict import peer_note, scores
 
 RUN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turns_limit", "docs", "prompt_variant",
-               "context", "notes", "shape", "D", "gqa", "status", "note"]
+               "context", "notes", "suite", "shape", "D", "gqa", "status", "note"]
 TURN_COLUMNS = ["run_id", "task", "lang", "arch", "model", "sample", "turn", "category", "compiled", "census_ok",
                 "executed_ok", "runtime_ran", "runtime_note", "correct", "correct_with_arch", "speedup", "peer_speedup",
                 "peer_note", "tflops", "gbps", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "idle_ms",
-                "vendor_idle_ms", "harness", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens",
+                "vendor_idle_ms", "harness", "suite_geomean", "suite_worst", "prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens",
                 "cost_usd", "detail"]
 # What a report can group by and filter on (run columns), with the names the command line also accepts.
-AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
+AXES = ("task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "suite", "shape", "D", "gqa",
         "turns_limit")
+# One row per shape of a correct, timed candidate's suite (Verdict.suite): what the per-shape tables read.
+SUITE_SHAPE_COLUMNS = ["run_id", "turn", "task", "arch", "lang", "model", "suite", "label", "shape", "correct_with_arch",
+                       "candidate_ms", "baseline_ms", "speedup", "tflops", "baseline_tflops", "gbps"]
 AXIS_ALIASES = {"prompt": "prompt_variant", "variant": "prompt_variant", "docs_level": "docs", "head_dim": "D",
                 "d": "D", "gqa_group": "gqa", "group": "gqa", "language": "lang", "notes_level": "notes"}
 
@@ -52,6 +56,7 @@ class Dataset:
     environments: list = field(default_factory=list)  # distinct environment fingerprints (dicts)
     source: str = ""  # where the data came from (the store's path)
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # tables.per_sample by turn limit
+    suite_shapes: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUITE_SHAPE_COLUMNS))
 
     @property
     def empty(self) -> bool:
@@ -79,7 +84,8 @@ class Dataset:
         ids = set(runs["run_id"])
         turns = self.turns[self.turns["run_id"].isin(ids)].reset_index(drop=True)
         opcodes = {k: v for k, v in self.opcodes.items() if k[0] in ids}
-        return Dataset(runs, turns, opcodes, self.environments, self.source)
+        suite_shapes = self.suite_shapes[self.suite_shapes["run_id"].isin(ids)].reset_index(drop=True)
+        return Dataset(runs, turns, opcodes, self.environments, self.source, suite_shapes=suite_shapes)
 
 
 def axis_name(name: str) -> str:
@@ -166,6 +172,9 @@ def _turn_row(run: dict, turn: dict) -> dict:
         "idle_ms": (timing.get("candidate_profile") or {}).get("idle_ms"),
         "vendor_idle_ms": (timing.get("baseline_profile") or {}).get("idle_ms"),
         "harness": str((v.get("fingerprint") or {}).get("harness_version") or ""),
+        # --suite: the geomean speedup over the vendor across the suite's shapes and the worst shape, when correct
+        "suite_geomean": ((v.get("suite") or {}).get("summary") or {}).get("geomean_speedup") if sc["correct"] else None,
+        "suite_worst": worst_text((v.get("suite") or {}).get("summary")) if sc["correct"] and v.get("suite") else "",
         "prompt_tokens": turn.get("prompt_tokens"), "completion_tokens": turn.get("completion_tokens"),
         "reasoning_tokens": turn.get("reasoning_tokens"), "total_tokens": turn.get("total_tokens"),
         "cost_usd": turn.get("cost_usd"),
@@ -191,8 +200,26 @@ def _opcodes(verdict: dict) -> dict:
     return dict(total)
 
 
+def _suite_rows(run: dict, row: dict, verdict: dict) -> list[dict]:
+    """The per-shape rows of a turn's suite (Verdict.suite), when the candidate is correct and was timed."""
+    suite = verdict.get("suite") or {}
+    if not row["correct"] or not suite.get("shapes"):
+        return []
+    out = []
+    for s in suite["shapes"]:
+        if not s.get("speedup"):
+            continue
+        out.append({"run_id": row["run_id"], "turn": row["turn"], "task": row["task"], "arch": row["arch"],
+                    "lang": row["lang"], "model": row["model"], "suite": suite.get("name") or run.get("suite") or "",
+                    "label": s.get("label") or "", "shape": ",".join(f"{k}={v}" for k, v in (s.get("shape") or {}).items()),
+                    "correct_with_arch": row["correct_with_arch"],
+                    **{k: s.get(k) for k in ("candidate_ms", "baseline_ms", "speedup", "tflops", "baseline_tflops",
+                                             "gbps")}})
+    return out
+
+
 def from_records(records: list[dict], environments: list[dict] | None = None, source: str = "") -> Dataset:
-    runs, turns, opcodes = [], [], {}
+    runs, turns, opcodes, suite_rows = [], [], {}, []
     envs = list(environments or [])
     for r in records:
         runs.append({**{c: r.get(c) for c in RUN_COLUMNS}, **_shape_axes(r.get("shape"))})
@@ -201,6 +228,7 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
         for t in r.get("turns", []):
             row = _turn_row(r, t)
             turns.append(row)
+            suite_rows += _suite_rows(r, row, t.get("verdict") or {})
             ops = _opcodes(t.get("verdict"))
             if ops:
                 opcodes[(r["run_id"], row["turn"])] = ops
@@ -215,13 +243,14 @@ def from_records(records: list[dict], environments: list[dict] | None = None, so
         runs_df["sample"] = runs_df["sample"].fillna(0).astype(int)
         runs_df["turns_limit"] = runs_df["turns_limit"].fillna(1).astype(int)
         runs_df["notes"] = runs_df["notes"].fillna("none").replace("", "none")
-        for col in ("docs", "prompt_variant", "context", "model"):
+        for col in ("docs", "prompt_variant", "context", "model", "suite"):
             runs_df[col] = runs_df[col].fillna("").astype(str)
         runs_df = runs_df.sort_values(["task", "arch", "lang", "model", "sample"], kind="stable").reset_index(drop=True)
     if not turns_df.empty:
         turns_df["speedup"] = pd.to_numeric(turns_df["speedup"], errors="coerce")
         turns_df["peer_speedup"] = pd.to_numeric(turns_df["peer_speedup"], errors="coerce")
-        for col in ("tflops", "gbps", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "prompt_tokens",
+        for col in ("tflops", "gbps", "sm_clock_mhz", "vendor_sm_clock_mhz", "timing_rest_ms", "suite_geomean", "prompt_tokens",
                     "completion_tokens", "reasoning_tokens", "total_tokens", "cost_usd"):
             turns_df[col] = pd.to_numeric(turns_df[col], errors="coerce")
-    return Dataset(runs_df, turns_df, opcodes, envs, source)
+    suites_df = pd.DataFrame(suite_rows, columns=SUITE_SHAPE_COLUMNS)
+    return Dataset(runs_df, turns_df, opcodes, envs, source, suite_shapes=suites_df)

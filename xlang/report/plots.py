@@ -341,3 +341,32 @@ def tokens_plot(samples: pd.DataFrame, path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def suite_plot(points: pd.DataFrame, path: Path) -> Path:
+    """--suite: the speedup over the vendor at each shape of a suite (tables.suite_shape_points: each cell's shown
+    candidate), one panel per task × suite × architecture, one series per language (and model, where several),
+    shapes in the suite's order."""
+    if points.empty:
+        return _empty(path, "no suite was timed")
+    plt = _plt()
+    panels = list(points.groupby(["task", "suite", "arch"], sort=False))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9.0, 2.9 * len(panels)), squeeze=False, dpi=DPI)
+    several_models = points["model"].nunique() > 1
+    for ax, ((task, suite, arch), panel) in zip(axes[:, 0], panels):
+        labels = list(dict.fromkeys(f"{s.label} {s.shape}" for s in panel.itertuples()))
+        x_of = {text: i for i, text in enumerate(labels)}
+        for (lang, model), series in panel.groupby(["lang", "model"], sort=False):
+            xs = [x_of[f"{s.label} {s.shape}"] for s in series.itertuples()]
+            ax.plot(xs, series["speedup"], marker="o", ms=3.5, lw=1.0, color=_color(lang),
+                    label=f"{lang} · {model}" if several_models else lang)
+        ax.axhline(1.0, color="#999", lw=0.8, ls="--")
+        ax.set_title(f"{task} · suite {suite} · {arch}")
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=6)
+        ax.set_ylabel("× vendor")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

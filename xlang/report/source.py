@@ -1,7 +1,7 @@
 """Reading the results store (xlang.store, SQLite) into the report's records.
 
 One report record per trajectory (a `samples` row): its run's task / lang / arch / model / limits / docs level /
-context policy / shape, its prompt variant and status, and its turns with their verdicts, tokens (reasoning
+context policy / shape / shape suite, its prompt variant and status, and its turns with their verdicts, tokens (reasoning
 included) and cost; a turn whose model call never got a reply (a provider error, kept in the sample's note) is no
 candidate and is left out. A store written before a column existed reads as that column empty. The store's `runs.versions_json` and each runtime verdict's fingerprint are
 the environment fingerprints printed on the report.
@@ -58,6 +58,7 @@ def records_from_store(store, run_ids: list[str] | None = None) -> tuple[list[di
             "docs": run.get("docs_level") or "", "prompt_variant": s.get("prompt_variant") or "",
             "context": run.get("context") or "", "shape": run.get("shape") or {},
             "notes": run.get("notes_level") or "none",  # runs stored before fix notes existed had none
+            "suite": (run.get("config") or {}).get("suite") or "",  # --suite, kept in runs.config_json ("" none)
             "status": s["status"], "note": s.get("note") or "", "turns": turns,
         })
     return records, envs

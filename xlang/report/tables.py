@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from xlang.archs import tensor_core_opcodes
-from xlang.report.data import DONE, MISSING, Dataset
+from xlang.report.data import DONE, MISSING, SUITE_SHAPE_COLUMNS, Dataset
 from xlang.verdict import CATEGORIES
 
 TURN_LIMITS = (1, 4, 8)
@@ -70,7 +70,7 @@ def mix_class(opcode: str) -> str:
 
 
 BOOTSTRAP = 2000
-RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "shape", "D", "gqa",
+RUN_AXES = ["task", "arch", "lang", "model", "docs", "prompt_variant", "context", "notes", "suite", "shape", "D", "gqa",
             "turns_limit"]
 NO_REPLY = "no reply"  # a turn whose reply could not be obtained (provider error): no category
 STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "runtime_ran", "runtime_note",
@@ -79,7 +79,7 @@ STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "ru
                 "best_speedup", "best_speedup_lo", "best_speedup_hi", "n_speedup",
                 "best_speedup_correct", "best_speedup_correct_lo", "best_speedup_correct_hi", "n_speedup_correct",
                 "best_peer_speedup", "best_peer_speedup_lo", "best_peer_speedup_hi", "n_peer_speedup", "peer_note",
-                "best_tflops", "best_gbps"]
+                "best_tflops", "best_gbps", "best_suite_geomean"]
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
@@ -136,7 +136,8 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     if limit is not None:
         turns = turns[turns["turn"] <= limit]
     cols = ["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run", "best_speedup",
-            "best_speedup_correct", "best_peer_speedup", "peer_note", "best_tflops", "best_gbps", "turns", "prompt_tokens", "completion_tokens",
+            "best_speedup_correct", "best_peer_speedup", "peer_note", "best_tflops", "best_gbps", "best_suite_geomean",
+            "turns", "prompt_tokens", "completion_tokens",
             "reasoning_tokens", "cost_usd", "runtime_note"]
     if turns.empty:
         agg = pd.DataFrame(columns=cols, index=pd.Index([], dtype=object, name="run_id"))
@@ -146,6 +147,7 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
                          target_peer_speedup=turns["peer_speedup"].where(target),
                          target_peer_note=turns["peer_note"].where(target, ""),
                          target_tflops=turns["tflops"].where(target), target_gbps=turns["gbps"].where(target),
+                         target_suite=turns["suite_geomean"].where(target),
                          not_run=turns["runtime_note"].str.startswith("not run"))
         agg = t.groupby("run_id").agg(
             compiled=("compiled", "any"), census_ok=("census_ok", "any"), correct=("correct", "any"),
@@ -153,7 +155,7 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
             any_not_run=("not_run", "any"), best_speedup=("target_speedup", "max"),
             best_speedup_correct=("speedup", "max"), best_peer_speedup=("target_peer_speedup", "max"),
             peer_note=("target_peer_note", _first_text), best_tflops=("target_tflops", "max"),
-            best_gbps=("target_gbps", "max"), turns=("turn", "count"),
+            best_gbps=("target_gbps", "max"), best_suite_geomean=("target_suite", "max"), turns=("turn", "count"),
             prompt_tokens=("prompt_tokens", _sum), completion_tokens=("completion_tokens", _sum),
             reasoning_tokens=("reasoning_tokens", _sum), cost_usd=("cost_usd", _sum),
             runtime_note=("runtime_note", _first_text))
@@ -165,7 +167,7 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     out["peer_note"] = out["peer_note"].fillna("")
     out["turns"] = pd.to_numeric(out["turns"], errors="coerce").fillna(0).astype(int)
     for col in ("best_speedup", "best_speedup_correct", "best_peer_speedup", "best_tflops", "best_gbps",
-                "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd"):
+                "best_suite_geomean", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd"):
         out[col] = pd.to_numeric(out[col], errors="coerce")
     return out.reset_index(drop=True)
 
@@ -215,6 +217,8 @@ def _group_stats(done: pd.DataFrame, group_runs: pd.DataFrame) -> dict:
         # fewest bytes the task must move over that time; tasks without Task.min_bytes have none)
         "best_tflops": ran["best_tflops"].max() if nr else math.nan,
         "best_gbps": ran["best_gbps"].max() if nr else math.nan,
+        # --suite: the best geomean speedup over the suite's shapes among candidates correct with target
+        "best_suite_geomean": ran["best_suite_geomean"].max() if nr else math.nan,
     }
 
 
@@ -249,10 +253,12 @@ def score(ds: Dataset, by=KEY, limits=None) -> pd.DataFrame:
 
 
 def cell_keys(ds: Dataset) -> list[str]:
-    """task × arch × lang × model, the shape where a cell was run at several (a --shape sweep), and the fix-note
-    level where the runs have several (compare --notes none,bm25)."""
+    """task × arch × lang × model, the shape suite where any run has one (compare --suite), the shape where a cell
+    was run at several (a --shape sweep), and the fix-note level where the runs have several (compare --notes
+    none,bm25)."""
     swept = not ds.runs.empty and (ds.runs.groupby(KEY)["shape"].nunique() > 1).any()
-    keys = [*KEY[:1], "shape", *KEY[1:]] if swept else list(KEY)
+    suites = ["suite"] if not ds.runs.empty and (ds.runs["suite"] != "").any() else []
+    keys = [*KEY[:1], *suites, *(["shape"] if swept else []), *KEY[1:]]
     return keys + (["notes"] if not ds.runs.empty and ds.runs["notes"].nunique() > 1 else [])
 
 
@@ -298,7 +304,8 @@ COL_SPEED_ALL = "best speedup (all correct)"
 COL_SPEED_PEER = "best× peer (target)"  # over the fastest peer that ran, among candidates correct with target
 COL_TFLOPS = "TFLOP/s (target)"  # the fastest candidate correct with target (cells table)
 COL_GBPS = "GB/s (target)"
-THROUGHPUT_COLUMNS = (COL_TFLOPS, COL_GBPS)
+COL_SUITE = "suite geomean× (target)"  # --suite: over the suite's shapes, the best candidate correct with target
+THROUGHPUT_COLUMNS = (COL_TFLOPS, COL_GBPS, COL_SUITE)
 SPEED_COLUMNS = (COL_SPEED, COL_SPEED_ALL, COL_SPEED_PEER)
 RATE_COLUMNS = ("compiled", COL_STATIC, COL_CORRECT, COL_TARGET)
 AXIS_LABELS = {"prompt_variant": "prompt variant", "turns_limit": "turn limit (run)", "turns": "turns",
@@ -376,7 +383,8 @@ def format_scores(stats: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
     """The per-cell table (task × arch × lang, the shape in a sweep, and model when there are several) as display
     strings, with the fastest target candidate's TFLOP/s and GB/s beside its speedup."""
-    keys = ["task", *(["shape"] if "shape" in stats.columns else []), "arch", "lang"] \
+    keys = ["task", *(["suite"] if "suite" in stats.columns else []), *(["shape"] if "shape" in stats.columns else []),
+            "arch", "lang"] \
         + (["model"] if stats["model"].nunique() > 1 else []) + (["notes"] if "notes" in stats.columns else [])
     out = format_scores(stats, keys)
     if "shape" in out.columns:  # a sweep: show the sizes that vary within each task, not the ones all share
@@ -390,6 +398,9 @@ def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
         values = [_throughput(r, field, digits, text) for r, text in zip(stats.to_dict("records"), out[COL_SPEED])]
         out.insert(at, col, values)
         at += 1
+    if "suite" in stats.columns:  # the suite's geomean speedup over its shapes, beside the timed shape's figures
+        out.insert(at, COL_SUITE, [_throughput(r, "best_suite_geomean", 3, text) if r.get("suite") else "–"
+                                   for r, text in zip(stats.to_dict("records"), out[COL_SPEED])])
     return out
 
 
@@ -460,6 +471,76 @@ def shape_table(ds: Dataset) -> pd.DataFrame:
     attention = ds.runs.loc[ds.runs["D"] != "", "run_id"]
     return score(ds.filter({"run_id": list(attention)}) if len(attention) else ds.filter({"run_id": []}),
                  ["model", "task", "arch", "lang", "D", "gqa"])
+
+
+SUITE_KEY = ["task", "suite", "arch", "lang", "model"]
+SUITE_COLUMNS = [*SUITE_KEY, "candidate", "with target", "shapes", "geomean× vendor", "time-weighted× vendor",
+                 "worst shape", "TFLOP/s (min–max)"]
+SUITE_SHAPE_TABLE_COLUMNS = [*SUITE_KEY, "layer", "shape", "ms", "vendor ms", "TFLOP/s", "vendor TFLOP/s", "GB/s",
+                             "× vendor"]
+
+
+def suite_candidates(ds: Dataset) -> pd.DataFrame:
+    """Per task × suite × arch × lang × model, the one candidate the suite tables show: the best suite geomean
+    among candidates correct with the target instructions, else among the correct ones (with target: False).
+    Columns: the key, run_id, turn, with_target, suite_geomean, suite_worst."""
+    cols = [*SUITE_KEY, "run_id", "turn", "with_target", "suite_geomean", "suite_worst"]
+    if ds.empty or ds.turns.empty:
+        return pd.DataFrame(columns=cols)
+    turns = ds.turns[ds.turns["suite_geomean"].notna()]
+    if turns.empty:
+        return pd.DataFrame(columns=cols)
+    turns = turns.merge(ds.runs[["run_id", "suite"]], on="run_id", how="left")
+    turns = turns.assign(with_target=turns["correct_with_arch"].astype(bool))
+    turns = turns.sort_values(["with_target", "suite_geomean"], ascending=[False, False], kind="stable")
+    best = turns.groupby(SUITE_KEY, sort=False, dropna=False).head(1)
+    return sort_cells(best[cols], SUITE_KEY)
+
+
+def suite_table(ds: Dataset) -> pd.DataFrame:
+    """One row per task × suite × arch × lang × model: its shown candidate's suite summary (geomean and
+    time-weighted speedup over the vendor, the worst shape, the range of TFLOP/s over the suite's shapes)."""
+    rows = []
+    for r in suite_candidates(ds).to_dict("records"):
+        shapes = ds.suite_shapes[(ds.suite_shapes["run_id"] == r["run_id"]) & (ds.suite_shapes["turn"] == r["turn"])]
+        c_ms = pd.to_numeric(shapes["candidate_ms"], errors="coerce")
+        b_ms = pd.to_numeric(shapes["baseline_ms"], errors="coerce")
+        tflops = pd.to_numeric(shapes["tflops"], errors="coerce").dropna()
+        rows.append({**{k: r[k] for k in SUITE_KEY}, "candidate": f"{r['run_id']} turn {r['turn']}",
+                     "with target": "yes" if r["with_target"] else "no (correct only)", "shapes": str(len(shapes)),
+                     "geomean× vendor": f"{r['suite_geomean']:.3f}",
+                     "time-weighted× vendor": f"{b_ms.sum() / c_ms.sum():.3f}" if len(shapes) and c_ms.sum() else "–",
+                     "worst shape": r["suite_worst"] or "–",
+                     "TFLOP/s (min–max)": f"{tflops.min():.0f}–{tflops.max():.0f}" if len(tflops) else "–"})
+    return pd.DataFrame(rows, columns=SUITE_COLUMNS)
+
+
+def suite_shape_points(ds: Dataset) -> pd.DataFrame:
+    """The shown candidates' per-shape figures as numbers (Dataset.suite_shapes rows, the key's suite and model
+    from their cell), in suite order: what the per-shape table and plot show."""
+    parts = []
+    for r in suite_candidates(ds).to_dict("records"):
+        shapes = ds.suite_shapes[(ds.suite_shapes["run_id"] == r["run_id"]) & (ds.suite_shapes["turn"] == r["turn"])]
+        parts.append(shapes.assign(**{k: r[k] for k in SUITE_KEY}))
+    if not parts:
+        return pd.DataFrame(columns=SUITE_SHAPE_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)
+    for col in ("candidate_ms", "baseline_ms", "speedup", "tflops", "baseline_tflops", "gbps"):
+        out[col] = pd.to_numeric(out[col], errors="coerce")
+    return out
+
+
+def suite_shape_table(ds: Dataset) -> pd.DataFrame:
+    """The per-shape view (tritonbench's): for each shown candidate (suite_candidates), one row per suite shape
+    with its latency, the vendor's, TFLOP/s, GB/s (Task.min_bytes over the latency) and the speedup."""
+    def num(x, digits):
+        return "–" if pd.isna(x) else f"{x:.{digits}f}"
+
+    rows = [{**{k: s[k] for k in SUITE_KEY}, "layer": s["label"], "shape": s["shape"],
+             "ms": num(s["candidate_ms"], 4), "vendor ms": num(s["baseline_ms"], 4), "TFLOP/s": num(s["tflops"], 1),
+             "vendor TFLOP/s": num(s["baseline_tflops"], 1), "GB/s": num(s["gbps"], 0),
+             "× vendor": num(s["speedup"], 3)} for s in suite_shape_points(ds).to_dict("records")]
+    return pd.DataFrame(rows, columns=SUITE_SHAPE_TABLE_COLUMNS)
 
 
 def _category(c: str) -> str:

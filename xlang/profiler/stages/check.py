@@ -391,6 +391,8 @@ class Check(StageBase):
             verdict.fingerprint.update(check.result.get("fingerprint") or {})
             verdict.correctness = check.result.get("correctness")
             verdict.timing = check.result.get("timing")
+            if check.result.get("suite"):  # --suite: the per-shape timings (xlang.suites.suite_result)
+                verdict.suite = check.result["suite"]
             verdict.fingerprint["gpu_watch"] = check.result.get("gpu_watch")  # who held the GPU while it ran
             verdict.output = {"check": check.result.get("candidate_output")}
             if (verdict.timing or {}).get("clocks"):
