@@ -26,20 +26,27 @@ from xlang import resources
 from xlang.errors import XlangError
 
 ENTRY_POINT = "xlang_entry"
-DTYPE_BYTES = {"bf16": 2, "fp32": 4}
-C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float"}
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "fp8e4m3": 1}
+# fp8e4m3: OCP FP8 E4M3 (torch.float8_e4m3fn; cuda_fp8.h's __nv_fp8_e4m3), the PTX ISA's .e4m3.
+C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float", "fp8e4m3": "__nv_fp8_e4m3"}
 
 
 @dataclass(frozen=True)
 class TensorArg:
     name: str
     role: str  # "in" or "out"
-    dtype: str  # "bf16" | "fp32"
-    shape: tuple[str, ...]  # size names, e.g. ("M", "K")
+    dtype: str  # "bf16" | "fp32" | "fp8e4m3"
+    shape: tuple[str, ...]  # size names, e.g. ("M", "K"); "K/128": that size divided by 128, rounded up
     doc: str = ""
 
     def dims(self, shape: dict[str, int]) -> tuple[int, ...]:
-        return tuple(shape[s] for s in self.shape)
+        return tuple(size_of(s, shape) for s in self.shape)
+
+
+def size_of(dim: str, shape: dict[str, int]) -> int:
+    """One dimension of a tensor: a size name ("K") or a size divided by a block and rounded up ("K/128")."""
+    name, _, block = dim.partition("/")
+    return -(-shape[name] // int(block)) if block else shape[name]
 
 
 @dataclass(frozen=True)
