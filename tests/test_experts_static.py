@@ -52,6 +52,10 @@ CASES = [
     ("attn_bwd", "cutedsl", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd_causal", "cutedsl", "b200", "D=96,S=300,H=2,HKV=1", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd", "cutedsl", "b200", "D=64", BLACKWELL),
+    # fp8 1d2d GEMM (issue 34): never run on a GPU; the interpreter check is tests/test_fp8_experts.py.
+    ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
+    ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
+    ("gemm_fp8_blockscale", "triton", "b200", None, {"tcgen05_f8f6f4", "tma", "tmem"}),
 ]
 
 
