@@ -56,6 +56,7 @@ CASES = [
     ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "b200", None, {"tcgen05_f8f6f4", "tma", "tmem"}),
+    ("gemm_fp8_blockscale", "cuda_ptx", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg"}),
 ]
 
 

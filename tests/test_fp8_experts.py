@@ -1,6 +1,6 @@
 """The gemm_fp8_blockscale experts on CPU (issue 34): the Triton expert computes the task under Triton's interpreter
-(TRITON_INTERPRET=1, in a child process), and its static builds reach the fp8 families and not their neighbours.
-None of them has run on a GPU."""
+(TRITON_INTERPRET=1, in a child process); the Triton (h100, b200) and cuda_ptx (h100) static builds reach the fp8
+families and not their neighbours. None of them has run on a GPU (the cuda_ptx one has no CPU check of its results)."""
 
 import os
 import shutil
@@ -63,14 +63,17 @@ def test_the_triton_expert_computes_the_task_under_the_interpreter(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
-@pytest.mark.parametrize("arch_name, present, absent", [
-    ("h100", ("wgmma_fp8", "tma"), ("wgmma",)),
-    ("b200", ("tcgen05_f8f6f4", "tma", "tmem"), ("tcgen05_mma", "tcgen05_block_scale")),
+@pytest.mark.parametrize("lang, arch_name, present, absent", [
+    ("triton", "h100", ("wgmma_fp8", "tma"), ("wgmma",)),
+    ("triton", "b200", ("tcgen05_f8f6f4", "tma", "tmem"), ("tcgen05_mma", "tcgen05_block_scale")),
+    ("cuda_ptx", "h100", ("wgmma_fp8", "tma", "mbarrier"), ("wgmma",)),
 ])
-def test_the_triton_experts_sass_has_the_fp8_family_and_not_its_neighbours(arch_name, present, absent, tmp_path):
+def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_name, present, absent, tmp_path):
+    from xlang.backend import get_backend
+
     arch = get_arch(arch_name)
-    solution = TASK.solution("triton", arch.generation, ".py")
-    result = build_candidate(solution.text, "triton", TASK, arch, TASK.shape(), workdir=tmp_path)
+    solution = TASK.solution(lang, arch.generation, get_backend(lang).suffix)
+    result = build_candidate(solution.text, lang, TASK, arch, TASK.shape(), workdir=tmp_path)
     assert result.ok, result.error
     assert result.census.ok and tuple(result.census.required) == TASK.required_for(arch)
     assert all(result.census.families[f] > 0 for f in present), result.census.families
