@@ -159,7 +159,7 @@ def draw_shape(rng, shape, fixed):
 
 TASK = Task(
     name="gemm_fp8_blockscale",
-    title="fp8 block-scaled GEMM C = (A·SA)(B·SB)ᵀ (DeepGEMM 1d2d)",
+    title="fp8 GEMM, 1x128 / 128x128 block scales (DeepGEMM 1d2d)",
     contract=Contract(
         tensors=(
             TensorArg("A", "in", "fp8e4m3", ("M", "K")),
@@ -202,7 +202,7 @@ TASK = Task(
     shown_reference=(dequantise, reference),
     reference_call="outputs = reference({'A': A, 'SA': SA, 'B': B, 'SB': SB}, {'M': M, 'N': N, 'K': K})  # -> C",
     baseline=baseline,
-    baseline_name="cuBLASLt block-scaled fp8 (torch._scaled_mm, 1x128 x 128x128 scales)",
+    baseline_name="cuBLASLt block-scaled fp8 GEMM (torch _scaled_mm, 1x128 / 128x128 scales)",
     draw_shape=draw_shape,
     check_shape=check_shape,
     input_kinds=INPUT_KINDS,
