@@ -43,7 +43,7 @@ def test_drawn_shapes_obey_the_contract_and_stay_small(task):
             if task.name == "gemm":
                 assert s["N"] % 64 and s["K"] % 64 and max(s.values()) <= 3000
                 assert s["M"] * s["N"] * s["K"] <= 1 << 31
-            elif task.name == "gemm_fp8_blockscale":  # (N, K) of a model's GEMM, or tails; tests/test_fp8_task.py
+            elif task.name in ("gemm_fp8_blockscale", "gemm_mxfp8"):  # tests/test_fp8_task.py, test_fp8_mx_task.py
                 assert s["K"] % 128 == 0 and s["N"] % 16 == 0 and s["M"] * s["N"] * s["K"] <= 1 << 31
             elif s["S"] > 2500:  # a long sequence: one or two heads
                 assert s["S"] % 16 and 4097 <= s["S"] <= 16399
@@ -141,13 +141,14 @@ def test_input_kinds_are_declared_seeded_and_finite(task):
     assert [task.input_kind(t) for t in range(len(task.input_kinds) + 1)] == [
         *task.input_kinds, task.input_kinds[0]]
     shape = ({"M": 40, "N": 24, "K": 72} if task.name == "gemm" else {"M": 40, "N": 48, "K": 256}
-             if task.name == "gemm_fp8_blockscale" else {"B": 1, "H": 2, "HKV": 1, "S": 45, "D": 64})
+             if task.name in ("gemm_fp8_blockscale", "gemm_mxfp8") else {"B": 1, "H": 2, "HKV": 1, "S": 45, "D": 64})
     for kind in task.input_kinds:
         a = task.make_inputs(shape, 11, "cpu", kind=kind)
         b = task.make_inputs(shape, 11, "cpu", kind=kind)
         c = task.make_inputs(shape, 12, "cpu", kind=kind)
         for t in task.contract.inputs:
-            assert a[t.name].dtype == {"bf16": torch.bfloat16, "fp32": torch.float32, "fp8e4m3": torch.float8_e4m3fn}[t.dtype]
+            assert a[t.name].dtype == {"bf16": torch.bfloat16, "fp32": torch.float32, "fp8e4m3": torch.float8_e4m3fn,
+                                       "u8": torch.uint8}[t.dtype]
             assert tuple(a[t.name].shape) == t.dims(shape)
             assert torch.isfinite(a[t.name].float()).all()
             assert torch.equal(a[t.name], b[t.name]) and not torch.equal(a[t.name], c[t.name])

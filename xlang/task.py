@@ -26,16 +26,17 @@ from xlang import resources
 from xlang.errors import XlangError
 
 ENTRY_POINT = "xlang_entry"
-DTYPE_BYTES = {"bf16": 2, "fp32": 4, "fp8e4m3": 1}
-# fp8e4m3: OCP FP8 E4M3 (torch.float8_e4m3fn; cuda_fp8.h's __nv_fp8_e4m3), the PTX ISA's .e4m3.
-C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float", "fp8e4m3": "__nv_fp8_e4m3"}
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "fp8e4m3": 1, "u8": 1}
+# fp8e4m3: OCP FP8 E4M3 (torch.float8_e4m3fn; cuda_fp8.h's __nv_fp8_e4m3), the PTX ISA's .e4m3. u8: raw bytes (the MX
+# formats' UE8M0 scales: a biased exponent, value 2**(byte - 127)).
+C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float", "fp8e4m3": "__nv_fp8_e4m3", "u8": "uint8_t"}
 
 
 @dataclass(frozen=True)
 class TensorArg:
     name: str
     role: str  # "in" or "out"
-    dtype: str  # "bf16" | "fp32" | "fp8e4m3"
+    dtype: str  # "bf16" | "fp32" | "fp8e4m3" | "u8"
     shape: tuple[str, ...]  # size names, e.g. ("M", "K"); "K/128": that size divided by 128, rounded up
     doc: str = ""
 
