@@ -140,4 +140,4 @@ def test_every_language_renders_the_task_at_every_docs_level(arch_name):
             assert "SA[m, k // 128]" in text and "SB[n // 128, k // 128]" in text and "def dequantise" in text
             assert "const __nv_fp8_e4m3* A" in text and "M=4096,N=4096,K=7168" in text
             required = "wgmma_fp8" if arch_name == "h100" else "tcgen05_f8f6f4"
-            assert f"`{required}`" in text and "torch._scaled_mm" in text
+            assert f"`{required}`" in text and "torch _scaled_mm" in text
