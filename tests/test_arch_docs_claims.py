@@ -124,6 +124,10 @@ SASS_PROBES = {
         "tcgen05.mma.cta_group::1.kind::i8":
             'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::i8 [%0], %1, %2, %3, 1;"'
             ' :: "r"(t), "l"(da), "l"(db), "r"(idesc) : "memory");',
+        "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.scale_vec::1X '
+            '[%0], %1, %2, %3, [%4], [%5], 1;" :: "r"(t), "l"(da), "l"(db), "r"(idesc), "r"(t + 64),'
+            ' "r"(t + 96) : "memory");',
         "tcgen05.mma.cta_group::1.kind::mxf4.block_scale":
             'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::mxf4.block_scale '
             '[%0], %1, %2, %3, [%4], [%5], 1;" :: "r"(t), "l"(da), "l"(db), "r"(idesc), "r"(t + 64),'
@@ -176,6 +180,9 @@ SASS_PROBES = {
     "h100": {
         "wgmma.mma_async m64n128k16 bf16 (A, B in smem)":
             "xl::wgmma_m64n128k16_ss(*reinterpret_cast<float(*)[64]>(acc), da, db, 1);"
+            "for (int i = 0; i < 64; ++i) out[threadIdx.x * 64 + i] = __float_as_uint(acc[i]);",
+        "wgmma.mma_async m64n128k32 e4m3 (A, B in smem)":
+            "xl::wgmma_m64n128k32_e4m3_ss(*reinterpret_cast<float(*)[64]>(acc), da, db, 1);"
             "for (int i = 0; i < 64; ++i) out[threadIdx.x * 64 + i] = __float_as_uint(acc[i]);",
         "wgmma.fence": "xl::wgmma_fence();",
         "wgmma.wait_group": "xl::wgmma_wait<0>();",
@@ -306,6 +313,13 @@ FORM_PROBES = {
     },
     "h100": {
         "wgmma.fence (on sm_90a)": (WGMMA_FENCE, None),
+        "wgmma.mma_async e4m3, K-major (no transpose immediates)":
+            ('asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, 1, 1, 1;"'
+             ' : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]) : "l"(da), "l"(db));' + ACC_SINK, None),
+        "wgmma.mma_async e4m3 with the transpose immediates":
+            ('asm volatile("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;"'
+             ' : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]) : "l"(da), "l"(db));' + ACC_SINK,
+             "Arguments mismatch for instruction 'wgmma.mma_async"),
         "wgmma.fence on plain sm_90": (WGMMA_FENCE, "Instruction 'wgmma.fence' not supported on .target 'sm_90'"),
         "tcgen05.fence::before_thread_sync (on sm_90a)":
             (_ptx("tcgen05.fence::before_thread_sync;"),
@@ -353,6 +367,7 @@ TWINS = {
     },
     "h100": {
         "wgmma.fence on plain sm_90": "wgmma.fence (on sm_90a)",
+        "wgmma.mma_async e4m3 with the transpose immediates": "wgmma.mma_async e4m3, K-major (no transpose immediates)",
         "tcgen05.fence::before_thread_sync (on sm_90a)": "setmaxnreg.inc (on sm_90a)",
         "xl::setmaxnreg_inc<236>": "setmaxnreg.inc",
     },

@@ -59,6 +59,13 @@ CASES = [
     ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
     ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
     ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
+    # fp8 1d2d GEMM (issue 34): never run on a GPU; the interpreter check is tests/test_fp8_experts.py.
+    ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
+    ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
+    ("gemm_fp8_blockscale", "triton", "b200", None, {"tcgen05_f8f6f4", "tma", "tmem"}),
+    ("gemm_fp8_blockscale", "cuda_ptx", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg"}),
+    ("gemm_mxfp8", "triton", "b200", None, {"tcgen05_block_scale", "tma", "tmem"}),
+    ("gemm_mxfp8", "triton", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tma"}),
 ]
 
 

@@ -12,8 +12,8 @@ from xlang.task import all_tasks, get_task, parse_shape, task_names
 
 
 def test_every_task_is_registered():
-    assert set(task_names()) == {"gemm", "attn_fwd", "attn_fwd_causal", "attn_bwd", "attn_bwd_causal",
-                                 "attn_decode_paged", "attn_prefill_ragged"}
+    assert set(task_names()) == {"gemm", "gemm_fp8_blockscale", "gemm_mxfp8", "attn_fwd", "attn_fwd_causal", "attn_bwd",
+                                 "attn_bwd_causal", "attn_decode_paged", "attn_prefill_ragged"}
 
 
 def test_archs_and_their_required_families():
@@ -29,7 +29,8 @@ def test_family_spellings_match_the_sass_seen_on_these_machines():
     seen = {  # shared/FACTS.md, "SASS spellings seen"
         "wgmma": ["HGMMA.64x128x16.F32.BF16"], "tma": ["UTMALDG.2D", "UTMASTG.2D"],
         "mbarrier": ["SYNCS.EXCH.64", "SYNCS.ARRIVE.TRANS64.A1T0", "SYNCS.PHASECHK.TRANS64.TRYWAIT"],
-        "setmaxnreg": ["USETMAXREG.DEALLOC.CTAPOOL"], "tcgen05_mma": ["UTCHMMA", "UTCQMMA.2CTA", "UTCIMMA"],
+        "setmaxnreg": ["USETMAXREG.DEALLOC.CTAPOOL"], "tcgen05_mma": ["UTCHMMA", "UTCHMMA.2CTA", "UTCIMMA"],
+        "wgmma_fp8": ["QGMMA.64x8x32.F32.E4M3.E4M3"], "tcgen05_cp": ["UTCCP.T.S", "UTCCP.T.S.4x32dp128bit"],
         "tmem": ["LDTM.x16", "STTM.x8"], "tcgen05_commit": ["UTCBAR"], "ldmatrix": ["LDSM.16.M88.4"],
         "stmatrix": ["STSM.16.M88.4"], "cp_async": ["LDGSTS.E.BYPASS.128"], "bulk_copy": ["UBLKCP.S.G"],
     }
@@ -40,6 +41,11 @@ def test_family_spellings_match_the_sass_seen_on_these_machines():
             others = [f for f in fams if f != name and fams[f].sass.search(op)]
             assert not others, (op, others)
     assert not fams["wgmma"].sass.search("HMMA.16816.F32.BF16")
+    # UTCQMMA is tcgen05_f8f6f4 or tcgen05_block_scale by its operands (tests/test_census_lowprecision.py), never
+    # tcgen05_mma; UTCOMMA (mxf4, mxf4nvf4) is block-scaled only.
+    for op in ("UTCQMMA", "UTCQMMA.2CTA", "UTCOMMA", "UTCOMMA.4X"):
+        assert [f for f in fams if fams[f].sass.search(op)] == (["tcgen05_block_scale"] if op.startswith("UTCOMMA") else
+                                                                ["tcgen05_f8f6f4", "tcgen05_block_scale"]), op
     assert not fams["tma"].sass.search("UBLKCP.S.G")
 
 

@@ -19,7 +19,8 @@ ATTENTION = ("attn_fwd", "attn_fwd_causal", "attn_bwd", "attn_bwd_causal")
 # Small shapes of the tasks whose sizes are not the attention tasks' (seeds 11 and 12 order their lengths apart).
 SMALL_SHAPES = {"gemm": {"M": 40, "N": 24, "K": 72},
                 "attn_decode_paged": {"B": 4, "H": 4, "HKV": 2, "S": 45, "D": 64, "P": 16},
-                "attn_prefill_ragged": {"B": 4, "T": 90, "H": 2, "HKV": 1, "D": 128}}
+                "attn_prefill_ragged": {"B": 4, "T": 90, "H": 2, "HKV": 1, "D": 128},
+                "gemm_fp8_blockscale": {"M": 40, "N": 48, "K": 256}, "gemm_mxfp8": {"M": 40, "N": 48, "K": 256}}
 
 
 def _worst(task, got: dict, ref: dict, kind: str = "normal") -> float:
@@ -52,6 +53,8 @@ def test_drawn_shapes_obey_the_contract_and_stay_small(task):
                 assert s["S"] <= 5000 or (s["B"] <= 2 and s["HKV"] <= 2 and s["S"] <= 32771)
             elif task.name == "attn_prefill_ragged":  # the longest sequence's causal scores bounded
                 assert s["B"] <= s["T"] and (s["H"] * s["T"] ** 2 <= 1 << 27 or (s["H"] <= 2 and s["T"] <= 16399))
+            elif task.name in ("gemm_fp8_blockscale", "gemm_mxfp8"):  # tests/test_fp8_task.py, test_fp8_mx_task.py
+                assert s["K"] % 128 == 0 and s["N"] % 16 == 0 and s["M"] * s["N"] * s["K"] <= 1 << 31
             elif s["S"] > 2500:  # a long sequence: one or two heads
                 assert s["S"] % 16 and 4097 <= s["S"] <= 16399
                 assert s["B"] == 1 and s["HKV"] == 1 and s["H"] <= 2
@@ -148,7 +151,8 @@ def test_input_kinds_are_declared_seeded_and_finite(task):
     assert [task.input_kind(t) for t in range(len(task.input_kinds) + 1)] == [
         *task.input_kinds, task.input_kinds[0]]
     shape = task.shape(SMALL_SHAPES.get(task.name, {"B": 1, "H": 2, "HKV": 1, "S": 45, "D": 64}))
-    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "int32": torch.int32}
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "int32": torch.int32, "fp8e4m3": torch.float8_e4m3fn,
+              "u8": torch.uint8}
     for kind in task.input_kinds:
         a = task.make_inputs(shape, 11, "cpu", kind=kind)
         b = task.make_inputs(shape, 11, "cpu", kind=kind)

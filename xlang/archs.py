@@ -20,6 +20,16 @@ class Family:
     narrow_accumulate: re.Pattern | None = None  # its MMAs that accumulate in fp16 (full SASS opcode), if visible
     math: str = ""  # "tensor_core", "cuda_core" or "" (not math): what its instructions compute
     opcodes: tuple["TensorCoreOpcode", ...] = ()  # a tensor-core family's opcodes (archs.toml `opcodes`)
+    # archs.toml `sass_operands`: a rule on the instruction's operand text too, for forms the opcode does not tell
+    # apart (a block-scaled tcgen05.mma has its kind's opcode and one more operand).
+    operands: re.Pattern | None = None
+
+    def matches(self, opcode: str, operands: str | None = None) -> bool:
+        """Whether one SASS instruction belongs to this family. A family with an operand rule never takes an
+        instruction whose operands are unknown (None): it can neither be told in nor out."""
+        if not self.sass.search(opcode):
+            return False
+        return self.operands is None or (operands is not None and bool(self.operands.search(operands)))
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,8 @@ def _registry() -> tuple[dict[str, Family], dict[str, Arch]]:
         name: Family(name, f["doc"], re.compile(f["ptx"]), re.compile(f["sass"]),
                      re.compile(f["narrow_accumulate"]) if f.get("narrow_accumulate") else None, f.get("math", ""),
                      tuple(TensorCoreOpcode(op, f.get("opcode_patterns", {}).get(op, op), name, f["shape"], f["mix"],
-                                            note) for op, note in f.get("opcodes", {}).items()))
+                                            note) for op, note in f.get("opcodes", {}).items()),
+                     re.compile(f["sass_operands"]) if f.get("sass_operands") else None)
         for name, f in data["families"].items()
     }
     archs = {}

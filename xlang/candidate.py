@@ -7,7 +7,7 @@ import sys
 import traceback
 from pathlib import Path
 
-_TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "int32": "int32"}
+_TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32", "int32": "int32", "fp8e4m3": "float8_e4m3fn", "u8": "uint8"}
 
 
 def load_module(path: str | Path, name: str = "xlang_candidate"):

@@ -20,6 +20,7 @@ from xlang.toolchain import require_tool
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
 # "        /*0450*/   @!P0 HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;   /* 0x... */"
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-fA-F]+\*/\s+\{?\s*(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)")
+_OPERANDS = re.compile(r"\s*([^;]*);")  # after the opcode: its operands, up to the ';'
 
 
 def parse_sass(text: str) -> dict[str, Counter]:
@@ -37,19 +38,42 @@ def parse_sass(text: str) -> dict[str, Counter]:
     return functions
 
 
+def parse_operands(text: str, family_names) -> dict[str, dict[str, Counter]]:
+    """cuobjdump -sass output -> {function name: {opcode: Counter of operand texts}}, for the opcodes of the
+    families that read operands (archs.toml `sass_operands`) only: what `classify` needs beside the opcodes."""
+    fams = archs_mod.families()
+    ruled = [fams[n].sass for n in family_names if fams[n].operands is not None]
+    functions: dict[str, dict[str, Counter]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _FUNCTION.match(line)
+        if m:
+            current = functions.setdefault(m.group(1), {})
+            continue
+        m = _INSTRUCTION.match(line)
+        if m and current is not None and any(r.search(m.group(1)) for r in ruled):
+            rest = _OPERANDS.match(line, m.end())
+            current.setdefault(m.group(1), Counter())[rest.group(1).strip() if rest else ""] += 1
+    return functions
+
+
 def disassemble(binary: Path) -> dict[str, Counter]:
     """SASS opcode counts per function of a cubin, or of every cubin embedded in an ELF/.so/fatbin."""
+    return parse_sass(_sass_text(binary))
+
+
+def _sass_text(binary: Path) -> str:
     stat = Path(binary).stat()
     return _disassemble(str(binary), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=64)
-def _disassemble(path: str, _mtime_ns: int, _size: int) -> dict[str, Counter]:
+def _disassemble(path: str, _mtime_ns: int, _size: int) -> str:
     tool = require_tool("cuobjdump")
     proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
-    return parse_sass(proc.stdout)
+    return proc.stdout
 
 
 # The whole instruction of a listing line, without its encoding comment: "@!P0 HGMMA.64x128x16.F32.BF16 R24, ..."
@@ -89,15 +113,20 @@ def _listing(path: str, _mtime_ns: int, _size: int) -> dict[str, list[list[tuple
     return parse_listing(proc.stdout)
 
 
-def classify(opcodes: Counter, family_names) -> dict[str, int]:
-    """Opcode counts -> instruction count per family (an opcode may belong to one family at most)."""
+def classify(opcodes: Counter, family_names, operands: dict[str, Counter] | None = None) -> dict[str, int]:
+    """Opcode counts -> instruction count per family (an instruction belongs to one family at most, the first in
+    family_names that takes it). `operands` ({opcode: Counter of operand texts}, parse_operands) lets a family with
+    an operand rule take an instruction; without it such a family takes none (a block-scaled tcgen05.mma cannot be
+    told from its kind's plain one by the opcode)."""
     fams = archs_mod.families()
     counts = {name: 0 for name in family_names}
     for opcode, n in opcodes.items():
-        for name in family_names:
-            if fams[name].sass.search(opcode):
-                counts[name] += n
-                break
+        forms = (operands or {}).get(opcode)
+        for text, k in (forms.items() if forms and sum(forms.values()) == n else ((None, n),)):
+            for name in family_names:
+                if fams[name].matches(opcode, text):
+                    counts[name] += k
+                    break
     return counts
 
 
@@ -155,12 +184,14 @@ def take_census(binaries, ptx_texts, arch, required) -> Census:
     names = list(arch.families)
     kernels = []
     for binary in binaries:
-        for fn, opcodes in disassemble(Path(binary)).items():
+        text = _sass_text(Path(binary))
+        operands = parse_operands(text, names)
+        for fn, opcodes in parse_sass(text).items():
             base = Counter()
             for op, n in opcodes.items():
                 base[op.split(".")[0]] += n
-            kernels.append(KernelCensus(fn, classify(opcodes, names), dict(base), sum(opcodes.values()),
-                                        narrow_accumulators(opcodes, names)))
+            kernels.append(KernelCensus(fn, classify(opcodes, names, operands.get(fn)), dict(base),
+                                        sum(opcodes.values()), narrow_accumulators(opcodes, names)))
     totals = {n: sum(k.families[n] for k in kernels) for n in names}
     present = [f for f in required if totals.get(f, 0) > 0]
     return Census(

@@ -26,8 +26,10 @@ from xlang import resources, suites
 from xlang.errors import XlangError
 
 ENTRY_POINT = "xlang_entry"
-DTYPE_BYTES = {"bf16": 2, "fp32": 4, "int32": 4}
-C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float", "int32": "int"}
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "int32": 4, "fp8e4m3": 1, "u8": 1}
+# fp8e4m3: OCP FP8 E4M3 (torch.float8_e4m3fn; cuda_fp8.h's __nv_fp8_e4m3), the PTX ISA's .e4m3. u8: raw bytes (the MX
+# formats' UE8M0 scales: a biased exponent, value 2**(byte - 127)).
+C_TYPES = {"bf16": "__nv_bfloat16", "fp32": "float", "int32": "int", "fp8e4m3": "__nv_fp8_e4m3", "u8": "uint8_t"}
 _SIZE_PLUS = re.compile(r"(\w+)\+(\d+)")  # a tensor dimension "B+1": size B plus a constant (CSR offsets)
 
 
@@ -35,17 +37,23 @@ _SIZE_PLUS = re.compile(r"(\w+)\+(\d+)")  # a tensor dimension "B+1": size B plu
 class TensorArg:
     name: str
     role: str  # "in" or "out"
-    dtype: str  # "bf16" | "fp32" | "int32" (indices: page tables, sequence offsets)
-    shape: tuple[str, ...]  # size names, e.g. ("M", "K"), or a size plus a constant ("B+1")
+    dtype: str  # "bf16" | "fp32" | "int32" (indices: page tables, sequence offsets) | "fp8e4m3" | "u8"
+    shape: tuple[str, ...]  # size names, e.g. ("M", "K"); a size plus a constant ("B+1"); "K/128": that size divided
+    #                         by 128, rounded up
     doc: str = ""
 
     def dims(self, shape: dict[str, int]) -> tuple[int, ...]:
-        return tuple(_dim(shape, s) for s in self.shape)
+        return tuple(size_of(s, shape) for s in self.shape)
 
 
-def _dim(shape: dict[str, int], name: str) -> int:
-    plus = _SIZE_PLUS.fullmatch(name)
-    return shape[plus.group(1)] + int(plus.group(2)) if plus else shape[name]
+def size_of(dim: str, shape: dict[str, int]) -> int:
+    """One dimension of a tensor: a size name ("K"), a size plus a constant ("B+1") or a size divided by a block and
+    rounded up ("K/128")."""
+    plus = _SIZE_PLUS.fullmatch(dim)
+    if plus:
+        return shape[plus.group(1)] + int(plus.group(2))
+    name, _, block = dim.partition("/")
+    return -(-shape[name] // int(block)) if block else shape[name]
 
 
 @dataclass(frozen=True)

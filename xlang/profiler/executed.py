@@ -373,11 +373,16 @@ def gpu_compute_check(summary: dict, min_ratio: float) -> dict:
 
 # ---- the judgement of executed instructions ---------------------------------------------------------
 
-def classify_opcode(opcode: str, family_names, families) -> str | None:
+def classify_opcode(opcode: str, family_names, families, operands: str | None = None) -> str | None:
     for fam in family_names:
         pattern = families[fam].sass
         # The per-opcode metric gives base opcodes ('SYNCS'); some families match 'SYNCS.' forms.
         if pattern.search(opcode) or ("." not in opcode and pattern.search(opcode + ".")):
+            # A family with an operand rule (archs.toml sass_operands: block-scaled tcgen05.mma) takes only an
+            # instruction whose operands are known and match; the per-opcode metric has none.
+            rule = getattr(families[fam], "operands", None)
+            if rule is not None and (operands is None or not rule.search(operands)):
+                continue
             return fam
     return None
 
@@ -404,7 +409,7 @@ def summarize(profiles: list[KernelProfile], candidate_names, family_names, requ
         source = "sass_lines" if p.lines else "per_opcode"
         if p.lines:
             for ln in p.lines:
-                fam = classify_opcode(ln.opcode, family_names, families)
+                fam = classify_opcode(ln.opcode, family_names, families, ln.operands or None)
                 if fam is None:
                     continue
                 lines[fam][1] += 1
