@@ -14,7 +14,7 @@ import pytest
 
 from xlang import census
 from xlang.archs import families, get_arch
-from xlang.profiler import ncu
+from xlang.profiler import executed
 from xlang.toolchain import find_tool
 
 CENSUS = Path(__file__).resolve().parent / "fixtures" / "census"
@@ -82,11 +82,11 @@ def test_without_operands_neither_scaled_nor_plain_utcqmma_is_claimed():
     fam = families()
     assert not fam["tcgen05_block_scale"].matches("UTCQMMA") and not fam["tcgen05_f8f6f4"].matches("UTCQMMA")
     # ncu's per-line classification gets the page's operand text (which may drop the commas)
-    assert ncu.classify_opcode("UTCQMMA", names, fam, "gdesc[UR14] gdesc[UR16] tmem[UR10] tmem[UR4] idesc[UR5] "
+    assert executed.classify_opcode("UTCQMMA", names, fam, "gdesc[UR14] gdesc[UR16] tmem[UR10] tmem[UR4] idesc[UR5] "
                                "tmem[UR8] UP0") == "tcgen05_block_scale"
-    assert ncu.classify_opcode("UTCQMMA", names, fam, "gdesc[UR10], gdesc[UR12], tmem[UR6], tmem[UR4], idesc[UR5], "
+    assert executed.classify_opcode("UTCQMMA", names, fam, "gdesc[UR10], gdesc[UR12], tmem[UR6], tmem[UR4], idesc[UR5], "
                                "UP0") == "tcgen05_f8f6f4"
-    assert ncu.classify_opcode("UTCQMMA", names, fam) is None  # the per-opcode metric: operands unknown
+    assert executed.classify_opcode("UTCQMMA", names, fam) is None  # the per-opcode metric: operands unknown
 
 
 def test_the_ptx_rules_match_their_own_instructions_only():

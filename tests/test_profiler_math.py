@@ -245,20 +245,20 @@ def test_fp8_wgmma_is_priced_at_k32_and_counts_only_for_wgmma_fp8():
     # QGMMA.64x128x32 (fp8, archs.toml wgmma_fp8): 2*64*128*32 FLOPs per warpgroup issue, half the issues of K=16.
     qgmma = ("QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24, gsb0", 4 * (ISSUES // 2), 128 * (ISSUES // 2))
     page = _page("gemm_kernel", [qgmma, ("UTMALDG.2D [UR8], [UR4]", 1, 1)])
-    fp8 = ncu.summarize(ncu.parse_source_page(page), ["gemm_kernel"], H200.families, ("wgmma_fp8", "tma"),
+    fp8 = executed.summarize(ncu.parse_source_page(page), ["gemm_kernel"], H200.families, ("wgmma_fp8", "tma"),
                         families(), task_flops=TASK)
     assert fp8["missing"] == [] and fp8["tc_families"] == ["wgmma_fp8"]
-    assert fp8["tc_to_task"] == pytest.approx(1.0) and fp8["tc_share"] > 0.999 and ncu.work_check(fp8) is None
+    assert fp8["tc_to_task"] == pytest.approx(1.0) and fp8["tc_share"] > 0.999 and executed.work_check(fp8) is None
     # The bf16 task's wgmma is not satisfied by fp8 MMAs: missing, and their math is not its share.
     bf16 = _summary(page, TASK)
-    assert bf16["missing"] == ["wgmma"] and bf16["tc_share"] == 0 and ncu.work_check(bf16)
+    assert bf16["missing"] == ["wgmma"] and bf16["tc_share"] == 0 and executed.work_check(bf16)
 
 
 def test_blackwell_block_scaled_and_plain_f8f6f4_are_told_apart_by_their_operands():
     plain = "UTCQMMA gdesc[UR10], gdesc[UR12], tmem[UR6], tmem[UR4], idesc[UR5], UP0"
     scaled = "UTCQMMA gdesc[UR14], gdesc[UR16], tmem[UR10], tmem[UR4], idesc[UR5], tmem[UR8], UP0"
     for text, family in ((plain, "tcgen05_f8f6f4"), (scaled, "tcgen05_block_scale")):
-        s = ncu.summarize(ncu.parse_source_page(_page("k", [(text, 10, 320)])), ["k"], B200.families,
+        s = executed.summarize(ncu.parse_source_page(_page("k", [(text, 10, 320)])), ["k"], B200.families,
                           ("tcgen05_f8f6f4", "tcgen05_block_scale"), families())
         assert [f for f in ("tcgen05_f8f6f4", "tcgen05_block_scale") if f not in s["missing"]] == [family], text
         assert s["tc_unknown"] == "descriptor"  # either kind keeps its shape in the instruction descriptor

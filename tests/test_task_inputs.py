@@ -163,8 +163,8 @@ def test_input_kinds_are_declared_seeded_and_finite(task):
             # the paged caches hold garbage (NaN) where no sequence owns a slot: tests/test_serving_attention.py
             if t.name not in ("k_cache", "v_cache"):
                 assert torch.isfinite(a[t.name].float()).all()
-            assert torch.equal(a[t.name].nan_to_num(), b[t.name].nan_to_num())
-            assert not torch.equal(a[t.name].nan_to_num(), c[t.name].nan_to_num())
+            assert torch.equal(a[t.name].float().nan_to_num(), b[t.name].float().nan_to_num())
+            assert not torch.equal(a[t.name].float().nan_to_num(), c[t.name].float().nan_to_num())
     with pytest.raises(ValueError, match="no input kind"):
         task.make_inputs(shape, 1, "cpu", kind="zeros")
 
