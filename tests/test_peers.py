@@ -236,7 +236,7 @@ def _records(peers_by_run):
 
 
 def test_report_shows_the_peer_column_and_not_run_with_the_reason(tmp_path):
-    from xlang.report import plots, tables
+    from xlang.report import plots, provenance, tables
     from xlang.report.data import from_records
 
     ran = {"peers": [{"name": "quack", "display": "quack GEMM", "ran": True, "ms": 1.3, "speedup_vs_peer": 1.25}],
@@ -259,7 +259,7 @@ def test_report_shows_the_peer_column_and_not_run_with_the_reason(tmp_path):
     row = stats.set_index("task").loc["gemm"]
     assert row["best_peer_speedup"] == 1.25 and row["n_peer_speedup"] == 1
     # "What was not run" lists each cell whose peers timed nothing, with the reason
-    nr = tables.not_run(ds)
+    nr = provenance.not_run(ds)
     peers = nr[nr["what"] == "peer"].set_index("task")["reason"].to_dict()
     assert peers == {"attn_fwd": f"not run (FA4: {NOT_INSTALLED})",
                      "attn_fwd_causal": "not run (no peer timed: a verdict from before peers)"}

@@ -364,7 +364,7 @@ def test_merge_pairs_launches_by_their_own_totals():
 
 def test_tensor_core_opcodes_come_from_archs_toml_for_the_math_and_the_mix():
     from xlang.archs import tensor_core_opcodes
-    from xlang.report.tables import mix_class
+    from xlang.report.mix import mix_class
 
     listed = tensor_core_opcodes()
     assert [r.name for r in executed.MATH_RULES if r.kind == "tensor_core"] == [op.name for op in listed]

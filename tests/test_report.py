@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from report_records import NOT_RUN, records
-from xlang.report import parquet_engine, tables, write_report
+from xlang.report import mix, parquet_engine, provenance, tables, turn_tables, write_report
 from xlang.report.data import from_records
 
 
@@ -79,26 +79,26 @@ def test_display_says_missing_and_not_run(ds):
 
 
 def test_instruction_mix_and_not_run(ds):
-    mix = tables.instruction_mix(ds)
-    for _, r in mix.iterrows():
-        assert sum(r[c] for c in tables.MIX_ORDER) == pytest.approx(1.0)
-    b = mix[(mix.arch == "b200") & (mix.lang == "triton")].iloc[0]
+    table = mix.instruction_mix(ds)
+    for _, r in table.iterrows():
+        assert sum(r[c] for c in mix.MIX_ORDER) == pytest.approx(1.0)
+    b = table[(table.arch == "b200") & (table.lang == "triton")].iloc[0]
     assert b["tensor core: wgmma / tcgen05"] == pytest.approx(24 / 144)
-    assert tables.mix_class("HGMMA") == tables.mix_class("UTCHMMA") == "tensor core: wgmma / tcgen05"
-    assert tables.mix_class("UTMALDG") == "TMA and bulk copies"
-    nr = tables.not_run(ds)
+    assert mix.mix_class("HGMMA") == mix.mix_class("UTCHMMA") == "tensor core: wgmma / tcgen05"
+    assert mix.mix_class("UTMALDG") == "TMA and bulk copies"
+    nr = provenance.not_run(ds)
     assert set(nr.what) == {"runtime", "candidate", "run", "peer"}
     # these records' timed verdicts predate peers: each such cell says so
     assert (nr[nr.what == "peer"].reason == "not run (no peer timed: a verdict from before peers)").all()
     assert (nr[nr.what == "runtime"].reason == NOT_RUN).all()
-    banners = tables.runtime_banners(ds)
+    banners = provenance.runtime_banners(ds)
     assert any("Blackwell runtime was not run (no sm_100a device)" in b for b in banners)
     assert not any(b.startswith("h100") for b in banners)
 
 
 def test_blackwell_absent_is_still_said(ds):
     hopper_only = from_records([r for r in records() if r["arch"] == "h100"])
-    assert any("b200" in b and "Blackwell runtime was not run" in b for b in tables.runtime_banners(hopper_only))
+    assert any("b200" in b and "Blackwell runtime was not run" in b for b in provenance.runtime_banners(hopper_only))
 
 
 def test_write_report_files(ds, tmp_path):
@@ -198,13 +198,13 @@ def test_load_reads_several_stores_as_one_and_refuses_a_run_twice(tmp_path):
 
 def test_a_report_names_the_harness_of_its_verdicts_and_says_when_they_are_mixed(ds, tmp_path):
     """Harness versions time differently: the report says which one judged its verdicts, and when they mix."""
-    assert tables.harness_versions(ds) == ""  # the hand-made records carry no fingerprint
+    assert provenance.harness_versions(ds) == ""  # the hand-made records carry no fingerprint
     one = from_records(records(), [{"host": "test-box"}], source="test")
     one.turns["harness"] = "4"
-    assert tables.harness_versions(one) == "4"
+    assert provenance.harness_versions(one) == "4"
     mixed = from_records(records(), [{"host": "test-box"}], source="test")
     mixed.turns["harness"] = ["3"] + ["4"] * (len(mixed.turns) - 1)
-    assert tables.harness_versions(mixed) == "3, 4 (mixed: their timings were taken differently)"
+    assert provenance.harness_versions(mixed) == "3, 4 (mixed: their timings were taken differently)"
     md = write_report(mixed, tmp_path / "out").markdown.read_text()
     assert "; harness 3, 4 (mixed: their timings were taken differently)." in md
 
@@ -224,7 +224,7 @@ def test_harness_and_call_idle_come_from_the_stored_verdicts(tmp_path):
     stored = from_records(recs, [{"host": "test-box"}], source="test")
     timed = stored.turns[stored.turns.speedup.notna()]
     assert len(timed) and (timed.idle_ms == 0.002).all() and (timed.vendor_idle_ms == 0.065).all()
-    assert tables.harness_versions(stored) == "3, 4 (mixed: their timings were taken differently)"
+    assert provenance.harness_versions(stored) == "3, 4 (mixed: their timings were taken differently)"
     html = write_report(stored, tmp_path / "out").index.read_text()
     assert "3, 4 (mixed: their timings were taken differently)" in html and "not recorded" not in html
 
@@ -238,5 +238,5 @@ def test_a_host_compute_candidate_is_not_correct_in_the_tables():
     ds = from_records([run("g-t-h-host", "gemm", "triton", "h100", 0, [host])], [{"host": "test-box"}], source="t")
     t = _cell(tables.cell_stats(ds), "gemm", "h100", "triton")
     assert t.n_runtime == 1 and t.correctness_rate == 0.0 and t.n_speedup_correct == 0
-    errors = tables.error_table(ds)
+    errors = turn_tables.error_table(ds)
     assert "host_compute" in errors.columns and errors["host_compute"].sum() == 1

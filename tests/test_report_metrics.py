@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from report_records import verdict
-from xlang.report import source, tables
+from xlang.report import metrics, source, tables
 from xlang.store import Store
 
 H = "h100"
@@ -45,41 +45,41 @@ def store(tmp_path_factory):
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
-    assert tables.pass_at_k(5, 3, 1) == pytest.approx(0.6)
-    assert tables.pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
-    assert tables.pass_at_k(5, 3, 5) == 1.0 and tables.pass_at_k(4, 0, 2) == 0.0
-    assert math.isnan(tables.pass_at_k(4, 4, 5))
-    lo, hi = tables.pass_at_k_interval([(5, 3)], 1)
+    assert metrics.pass_at_k(5, 3, 1) == pytest.approx(0.6)
+    assert metrics.pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
+    assert metrics.pass_at_k(5, 3, 5) == 1.0 and metrics.pass_at_k(4, 0, 2) == 0.0
+    assert math.isnan(metrics.pass_at_k(4, 4, 5))
+    lo, hi = metrics.pass_at_k_interval([(5, 3)], 1)
     assert 0.0 <= lo < 0.6 < hi <= 1.0
     # One cell: the Jeffreys interval of p (k = 1), mapped through 1 - (1 - p)^k for k > 1; it does not collapse to a
     # point when every sample passed.
     from scipy.stats import beta
 
-    lo5, hi5 = tables.pass_at_k_interval([(5, 5)], 1)
+    lo5, hi5 = metrics.pass_at_k_interval([(5, 5)], 1)
     assert lo5 == pytest.approx(beta.ppf(0.025, 5.5, 0.5), abs=0.02) and lo5 < 1.0 and hi5 > 0.999
-    lo, hi = tables.pass_at_k_interval([(10, 3)], 5)
+    lo, hi = metrics.pass_at_k_interval([(10, 3)], 5)
     assert lo == pytest.approx(1 - (1 - beta.ppf(0.025, 3.5, 7.5)) ** 5, abs=0.02)
     assert hi == pytest.approx(1 - (1 - beta.ppf(0.975, 3.5, 7.5)) ** 5, abs=0.02)
-    assert all(math.isnan(x) for x in tables.pass_at_k_interval([(1, 1)], 1))  # one sample: no interval
+    assert all(math.isnan(x) for x in metrics.pass_at_k_interval([(1, 1)], 1))  # one sample: no interval
 
 
 def test_metrics_per_cell_and_per_model(store):
     ds = source.load(store)
-    cells = tables.metrics_table(ds, tables.cell_keys(ds)).set_index(["model", "lang"])
+    cells = metrics.metrics_table(ds, tables.cell_keys(ds)).set_index(["model", "lang"])
     t = cells.loc[("m1", "triton")]
     assert t["n"] == 5 and t["pass@1"] == pytest.approx(0.6) and t["pass@5"] == 1.0 and math.isnan(t["pass@10"])
-    assert [t[f"fast_{p:g}_k"] for p in tables.FAST_P] == [3, 2, 1, 1]
+    assert [t[f"fast_{p:g}_k"] for p in metrics.FAST_P] == [3, 2, 1, 1]
     assert t["fast_0.8"] == pytest.approx(0.4) and t["fast_1.2"] == pytest.approx(0.2)
     assert t["fast_1.2_lo"] < 0.2 < t["fast_1.2_hi"]  # the Wilson interval of 1 in 5
     c = cells.loc[("m1", "cuda_ptx")]
-    assert c["pass@1"] == 0.5 and [c[f"fast_{p:g}_k"] for p in tables.FAST_P] == [1, 1, 1, 1]
-    models = tables.metrics_table(ds, ["model"]).set_index("model")
+    assert c["pass@1"] == 0.5 and [c[f"fast_{p:g}_k"] for p in metrics.FAST_P] == [1, 1, 1, 1]
+    models = metrics.metrics_table(ds, ["model"]).set_index("model")
     m1 = models.loc["m1"]
     assert m1["n"] == 7 and m1["cells"] == 2
     assert m1["pass@1"] == pytest.approx((0.6 + 0.5) / 2) and m1["pass@5"] == 1.0  # pass@5: the 5-sample cell only
     assert m1["fast_1.2"] == pytest.approx(2 / 7) and m1["fast_0"] == pytest.approx(4 / 7)
     assert models.loc["m2", "pass@1"] == 0.0 and models.loc["m2", "fast_0_k"] == 0
-    shown = tables.format_metrics(tables.metrics_table(ds, ["model"]), ["model"]).set_index("model")
+    shown = metrics.format_metrics(metrics.metrics_table(ds, ["model"]), ["model"]).set_index("model")
     assert shown.loc["m1", "pass@10"] == "– (n < 10)" and shown.loc["m1", "fast_1.2"].startswith("29% (2/7) [")
     assert shown.loc["m1", "pass@1"].startswith("55% [")
 

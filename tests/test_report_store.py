@@ -347,16 +347,16 @@ def test_head_dim_and_gqa_table(ds):
 
 
 def test_error_categories_and_transitions(ds):
-    from xlang.report import tables
+    from xlang.report import turn_tables
 
-    errors = tables.error_table(ds.filter({"model": [ALPHA], "task": ["gemm"], "lang": ["triton"],
+    errors = turn_tables.error_table(ds.filter({"model": [ALPHA], "task": ["gemm"], "lang": ["triton"],
                                            "arch": ["h100"], "docs": ["contracts"]}))
     one = _row(errors, turn=1)
     assert one.n == 3 and (one.missing_instructions, one.compile_error, one.no_code) == (1, 1, 1)
     five = _row(errors, turn=5)
     assert five.n == 2 and (five.ok, five.not_executed) == (1, 1)
     assert list(errors.turn) == list(range(1, 9))
-    trans = tables.transitions_table(ds.filter({"model": [BETA]}))
+    trans = turn_tables.transitions_table(ds.filter({"model": [BETA]}))
     got = {(r["from"], r["to"]): r["count"] for r in trans.to_dict("records")}
     # beta sample 0: missing, missing, incorrect, not_executed; sample 1: no_code x3, missing.
     assert got == {("missing_instructions", "missing_instructions"): 1, ("missing_instructions", "incorrect"): 1,
@@ -369,15 +369,15 @@ def test_error_categories_and_transitions(ds):
 def test_tokens_and_cost(ds, store):
     import sqlite3
 
-    from xlang.report import tables
+    from xlang.report import turn_tables
 
-    tokens = tables.tokens_table(ds)
+    tokens = turn_tables.tokens_table(ds)
     a = _row(tokens, model=ALPHA, task="gemm", arch="h100", lang="triton")
     # 15 + 2 turns; reasoning tokens 100 x turn number: (1+2) + (1..5) + (1..8) + (1+2) = 57 hundred.
     assert a.turns == 17 and a.reasoning_tokens_per_turn == pytest.approx(5700 / 17)
     assert a.completion_tokens_per_turn == 20  # the mock response's usage
     assert math.isnan(_row(tokens, model=BETA, task="gemm", arch="h100", lang="triton").reasoning_tokens_per_turn)
-    cost = tables.cost_table(ds)
+    cost = turn_tables.cost_table(ds)
     c = _row(cost, model=ALPHA, task="gemm", arch="h100", lang="triton")
     con = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     spent = con.execute("SELECT sum(cost_usd), count(*) FROM turns WHERE run_id IN ('a-gemm-tri-h', "

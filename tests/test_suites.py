@@ -176,7 +176,7 @@ def _store(path, with_old_run=True, with_suite_run=True):
 
 
 def test_report_reads_suites_from_stored_rows(tmp_path):
-    from xlang.report import source, tables
+    from xlang.report import source, suite_tables, tables
 
     db = tmp_path / "r.db"
     _store(db)
@@ -189,13 +189,13 @@ def test_report_reads_suites_from_stored_rows(tmp_path):
     row = display[display["suite"] == "llama3-8b"].iloc[0]
     assert row[tables.COL_SUITE] == "1.000"  # the best geomean among candidates correct with target (turn 2)
     assert display[display["suite"] == "–"].iloc[0][tables.COL_SUITE] == "–"  # the old run: no suite
-    summary = tables.suite_table(ds)
+    summary = suite_tables.suite_table(ds)
     assert len(summary) == 1
     s = summary.iloc[0]
     assert (s["suite"], s["shapes"], s["geomean× vendor"], s["time-weighted× vendor"]) == ("llama3-8b", "20", "1.000",
                                                                                           "1.250")
     assert s["candidate"] == "s-1#0 turn 2" and s["worst shape"].startswith("qkv_proj M=1,N=6144,K=4096 0.50")
-    per_shape = tables.suite_shape_table(ds)
+    per_shape = suite_tables.suite_shape_table(ds)
     assert len(per_shape) == 20 and list(per_shape.columns[-8:]) == ["layer", "shape", "ms", "vendor ms", "TFLOP/s",
                                                                       "vendor TFLOP/s", "GB/s", "× vendor"]
     first = per_shape.iloc[0]
@@ -223,12 +223,12 @@ def test_report_command_writes_the_suite_tables(xlang, tmp_path):
 
 
 def test_report_without_suites_has_no_suite_sections(xlang, tmp_path):
-    from xlang.report import source, tables
+    from xlang.report import source, suite_tables, tables
 
     db = tmp_path / "r.db"
     _store(db)
     ds = source.load(db).filter({"suite": [""]})
-    assert tables.suite_table(ds).empty and "suite" not in tables.cell_stats(ds).columns
+    assert suite_tables.suite_table(ds).empty and "suite" not in tables.cell_stats(ds).columns
     old = tmp_path / "old.db"
     _store(old, with_suite_run=False)  # a store of runs made before suites
     out = tmp_path / "rep"

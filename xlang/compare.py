@@ -548,7 +548,7 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
     from rich import box
     from rich.table import Table
 
-    from xlang.report import tables
+    from xlang.report import provenance, tables
     from xlang.terminal import column_groups, keep_words
 
     display = tables.format_cells(result.stats)
@@ -588,7 +588,7 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
         console.print(keep_words(table, console))
     for text, mark in notes.items():
         console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
-    for line in tables.runtime_banners(result.dataset):
+    for line in provenance.runtime_banners(result.dataset):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
     print_suites(result.dataset, console)
 
@@ -599,20 +599,20 @@ def print_suites(dataset, console) -> None:
     from rich import box
     from rich.table import Table
 
-    from xlang.report import tables
+    from xlang.report import suite_tables
     from xlang.terminal import column_groups, keep_words
 
-    shapes = tables.suite_shape_table(dataset)
-    for r in tables.suite_table(dataset).to_dict("records"):
-        key = " · ".join(str(r[k]) for k in tables.SUITE_KEY)
+    shapes = suite_tables.suite_shape_table(dataset)
+    for r in suite_tables.suite_table(dataset).to_dict("records"):
+        key = " · ".join(str(r[k]) for k in suite_tables.SUITE_KEY)
         console.print(f"[bold]suite {key}[/bold]: {r['candidate']} (correct with target: {r['with target']}), "
                       f"{r['shapes']} shapes, geomean {r['geomean× vendor']}× vendor, time-weighted "
                       f"{r['time-weighted× vendor']}×, worst {r['worst shape']}, TFLOP/s {r['TFLOP/s (min–max)']}",
                       highlight=False)
         mine = shapes
-        for k in tables.SUITE_KEY:
+        for k in suite_tables.SUITE_KEY:
             mine = mine[mine[k] == r[k]]
-        headers = list(tables.SUITE_SHAPE_TABLE_COLUMNS[len(tables.SUITE_KEY):])
+        headers = list(suite_tables.SUITE_SHAPE_TABLE_COLUMNS[len(suite_tables.SUITE_KEY):])
         rows = [[str(row[h]).replace(",", ", ") if h == "shape" else str(row[h]) for h in headers]
                 for row in mine.to_dict("records")]
         for n, part in enumerate(column_groups(headers, rows, 2, console.width)):

@@ -144,7 +144,7 @@ def report_command(
 ):
     """Write every table of the article (index.html with plots, report.md, CSV/Parquet) from a results store."""
     from xlang.errors import XlangError
-    from xlang.report import source, tables, write_report
+    from xlang.report import provenance, source, write_report
     from xlang.report.data import parse_axes, parse_where
     from xlang.store import default_store
     from xlang.terminal import make_console
@@ -202,7 +202,7 @@ def report_command(
         for row in display.itertuples(index=False):
             table.add_row(*[str(v) for v in row])
         console.print(table)
-    for line in tables.runtime_banners(ds):
+    for line in provenance.runtime_banners(ds):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
     console.print(f"wrote {rep.index}, {rep.markdown}, {len(rep.plots)} plots, {len(rep.csv)} CSV"
                   + (f", {len(rep.parquet)} Parquet" if rep.parquet else f" ({rep.parquet_note})"), highlight=False)

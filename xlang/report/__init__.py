@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xlang.report import plots, tables
+from xlang.report import metrics, mix, plots, provenance, suite_tables, tables, turn_tables
 from xlang.report.data import Dataset
 
 # (name, title, what it shows, the `xlang report --by` grouping that gives the same figures)
@@ -190,7 +190,7 @@ def _counts_frame(errors: pd.DataFrame) -> pd.DataFrame:
     """Error counts as 'k (p%)' of the turn's n."""
     out = errors.copy()
     for c in out.columns:
-        if c in tables.category_order(out.columns):
+        if c in turn_tables.category_order(out.columns):
             out[c] = [f"{k} ({k / n * 100:.0f}%)" if k else "–" for k, n in zip(errors[c], errors["n"])]
     return out
 
@@ -239,31 +239,31 @@ def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = N
                                                                             "notes"]))
     t["notes_levels"] = sorted(ds.runs["notes"].unique()) if not ds.empty else []
     cells = tables.cell_keys(ds)
-    t["metrics"] = tables.metrics_table(ds, cells)
-    t["metrics_display"] = tables.format_metrics(t["metrics"], _keys(t["metrics"], cells))
-    t["metrics_models"] = tables.metrics_table(ds, ["model"])
-    t["metrics_models_display"] = tables.format_metrics(t["metrics_models"], ["model"])
+    t["metrics"] = metrics.metrics_table(ds, cells)
+    t["metrics_display"] = metrics.format_metrics(t["metrics"], _keys(t["metrics"], cells))
+    t["metrics_models"] = metrics.metrics_table(ds, ["model"])
+    t["metrics_models_display"] = metrics.format_metrics(t["metrics_models"], ["model"])
     t["lang_arch_model"], t["lang_arch"] = tables.lang_arch_table(ds, model)
     t["lang_arch_display"] = t["lang_arch"]
     t["shapes"] = tables.shape_table(ds)
     t["shapes_display"] = tables.format_scores(t["shapes"], _keys(t["shapes"], ["model", "task", "arch", "lang", "D",
                                                                                "gqa"]))
-    t["suites"] = tables.suite_table(ds)
+    t["suites"] = suite_tables.suite_table(ds)
     t["suites_display"] = t["suites"]
-    t["suite_shapes"] = tables.suite_shape_table(ds)
+    t["suite_shapes"] = suite_tables.suite_shape_table(ds)
     t["suite_shapes_display"] = t["suite_shapes"]
-    t["errors"] = tables.error_table(ds)
+    t["errors"] = turn_tables.error_table(ds)
     t["errors_display"] = _counts_frame(t["errors"])
-    t["transitions"] = tables.transitions_table(ds)
+    t["transitions"] = turn_tables.transitions_table(ds)
     t["transitions_display"] = _pct_frame(t["transitions"], ["share"])
-    t["tokens"] = tables.tokens_table(ds)
+    t["tokens"] = turn_tables.tokens_table(ds)
     t["tokens_display"] = _round_frame(_pct_frame(t["tokens"], ["correct_with_arch_rate"]))
-    t["cost"] = tables.cost_table(ds)
+    t["cost"] = turn_tables.cost_table(ds)
     t["cost_display"] = _round_frame(t["cost"])
     t["samples"] = tables.per_sample(ds) if not ds.empty else pd.DataFrame()
-    t["instruction_mix"] = tables.instruction_mix(ds)
-    t["not_run"] = tables.not_run(ds)
-    t["environment"] = tables.environment_table(ds)
+    t["instruction_mix"] = mix.instruction_mix(ds)
+    t["not_run"] = provenance.not_run(ds)
+    t["environment"] = provenance.environment_table(ds)
     t["runs"] = ds.runs
     t["turns"] = ds.turns
     if by:
@@ -305,7 +305,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
             "Tokens against best speedup",
             "One point per sample: its completion tokens (reasoning included) and its best speedup among candidates "
             "correct with the target instructions (0: none).")] if plots.has_tokens(t["samples"]) else []),
-        *([(plots.suite_plot(tables.suite_shape_points(ds), out / "plots" / "suite_speedups.png"),
+        *([(plots.suite_plot(suite_tables.suite_shape_points(ds), out / "plots" / "suite_speedups.png"),
             "Speedup over the vendor per suite shape",
             "--suite runs: each cell's shown candidate (the suite tables') against the vendor at every shape of the "
             "suite, in the suite's order; dashed line: parity.")] if not t["suite_shapes"].empty else []),
@@ -336,8 +336,8 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
                            "Parquet not written: neither pyarrow nor fastparquet is installed here "
                            "(pip install pyarrow, then run xlang report again); the CSV files hold the same tables.")
 
-    banners = tables.runtime_banners(ds)
-    harness = tables.harness_versions(ds)
+    banners = provenance.runtime_banners(ds)
+    harness = provenance.harness_versions(ds)
     stats = t["cells"]
     done = ds.runs[ds.runs["status"] == "done"] if not ds.empty else ds.runs
     n_missing = int((ds.runs["status"] == "missing").sum()) if not ds.empty else 0
@@ -356,7 +356,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
     title = title or f"xlang report — {', '.join(langs) or 'no languages'} on {', '.join(archs) or 'no architecture'}"
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     files = [str(p.relative_to(out)) for p in [*report.csv, *report.parquet]] + ["report.md"]
-    envs = [list(tables._flatten(e).items()) for e in ds.environments]
+    envs = [list(provenance._flatten(e).items()) for e in ds.environments]
     filters = ", ".join(f"{k}={'|'.join(v)}" for k, v in (where or {}).items())
 
     sections = []
@@ -384,7 +384,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
         n_runs=len(ds.runs), n_turns=len(ds.turns), banners=banners, summary=summary, definitions=DEFINITIONS,
         sections=sections,
         plots=[{"src": str(p.relative_to(out)), "alt": alt, "caption": cap} for p, alt, cap in plot_files],
-        mix_table=_html_table(_pct_frame(t["instruction_mix"], tables.MIX_ORDER)),
+        mix_table=_html_table(_pct_frame(t["instruction_mix"], mix.MIX_ORDER)),
         not_run_table=_html_table(t["not_run"]), environments=envs, files=files,
         parquet_note=report.parquet_note, version=_version(),
     )
@@ -400,7 +400,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
         md += [f"## {s['title']}\n", s["what"] + (f" Same figures: `{s['command']}`." if s["command"] else "") + "\n",
                markdown_table(s["display"])]
     md += ["## Plots\n"] + [f"![{alt}]({p.relative_to(out)})\n" for p, alt, _ in plot_files]
-    md += ["## SASS instruction mix per language\n", markdown_table(_pct_frame(t["instruction_mix"], tables.MIX_ORDER))]
+    md += ["## SASS instruction mix per language\n", markdown_table(_pct_frame(t["instruction_mix"], mix.MIX_ORDER))]
     md += ["## What was not run\n", markdown_table(t["not_run"]) if len(t["not_run"]) else "Everything ran.\n"]
     md += ["## Environment fingerprints\n"]
     for i, e in enumerate(envs, 1):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from xlang.report.tables import MIX_ORDER, TURN_LIMITS, category_order
+from xlang.report.tables import TURN_LIMITS
+from xlang.report.mix import MIX_ORDER
+from xlang.report.turn_tables import category_order
 
 MIX_COLORS = ["#c0392b", "#e67e22", "#8e44ad", "#d35400", "#2980b9", "#16a085", "#7f8c8d", "#27ae60", "#bdc3c7",
               "#ecf0f1"]
@@ -344,7 +346,7 @@ def tokens_plot(samples: pd.DataFrame, path: Path) -> Path:
 
 
 def suite_plot(points: pd.DataFrame, path: Path) -> Path:
-    """--suite: the speedup over the vendor at each shape of a suite (tables.suite_shape_points: each cell's shown
+    """--suite: the speedup over the vendor at each shape of a suite (suite_tables.suite_shape_points: each cell's shown
     candidate), one panel per task × suite × architecture, one series per language (and model, where several),
     shapes in the suite's order."""
     if points.empty:
