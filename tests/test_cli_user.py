@@ -253,7 +253,8 @@ def test_compare_table_at_80_columns_says_not_run_once():
     from rich.console import Console
 
     from report_records import NOT_RUN, records
-    from xlang.compare import CompareResult, print_table
+    from xlang.compare import CompareResult
+    from xlang.compare_output import print_table
     from xlang.report import tables
     from xlang.report.data import from_records
 

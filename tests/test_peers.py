@@ -270,7 +270,8 @@ def test_report_shows_the_peer_column_and_not_run_with_the_reason(tmp_path):
 def test_compare_table_footnotes_the_peer_reason():
     from rich.console import Console
 
-    from xlang.compare import CompareResult, print_table
+    from xlang.compare import CompareResult
+    from xlang.compare_output import print_table
     from xlang.report import tables
     from xlang.report.data import from_records
 

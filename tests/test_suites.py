@@ -362,7 +362,7 @@ def test_a_suite_shape_faster_than_the_roofline_is_flagged():
 def test_compare_prints_the_suite_tables_at_80_columns_without_cutting_a_word(tmp_path):
     from rich.console import Console
 
-    from xlang.compare import print_suites
+    from xlang.compare_output import print_suites
     from xlang.report import source
 
     db = tmp_path / "r.db"

@@ -71,7 +71,8 @@ def compare_command(
                                                       "superseded"),
 ):
     """Run the language × architecture matrix (resumable) and print the main table."""
-    from xlang.compare import CompareConfig, print_table, run_compare, split_list, to_json
+    from xlang.compare import CompareConfig, run_compare, split_list
+    from xlang.compare_output import print_table, to_json
     from xlang.store import default_store
     from xlang.task import parse_shapes
     from xlang.terminal import make_console

@@ -21,7 +21,8 @@ from typing import Optional
 from xlang import compare
 from xlang.archs import get_arch
 from xlang.backend import backends, get_backend, lang_names, read_source
-from xlang.compare import Cell, CompareConfig, cell_key, print_table, split_list, to_json
+from xlang.compare import Cell, CompareConfig, cell_key, split_list
+from xlang.compare_output import print_table, to_json
 from xlang.errors import XlangError
 from xlang.identity import digest, toolchain_identity
 from xlang.store import Store

@@ -118,7 +118,7 @@ def run_command(
                       f"{s.best_speedup:.3g}x" if s.best_speedup else "-", (s.note or "")[:80])
     console.print(table)
     if suite:  # the suite summary and per-shape table of the run's best candidate (nothing when none was timed)
-        from xlang.compare import print_suites
+        from xlang.compare_output import print_suites
         from xlang.report import source
 
         print_suites(source.load(result.store, [result.run_id]), console)

@@ -1,0 +1,98 @@
+"""What `xlang compare`, `run` and `rejudge` print of a result: the cells table (rich), the shape suites' summary and
+per-shape tables, and the JSON of --json."""
+
+from __future__ import annotations
+import json
+from dataclasses import asdict
+from xlang.compare import CompareResult
+
+
+SHORT_HEADERS = {"target instr. in SASS": "in SASS", "correct with target instr.": "correct + target",
+                 "best speedup (correct with target)": "best× target", "best speedup (all correct)": "best× all"}
+
+
+def print_table(result: CompareResult, console, title: str = "") -> None:
+    from rich import box
+    from rich.table import Table
+
+    from xlang.report import provenance, tables
+    from xlang.terminal import column_groups, keep_words
+
+    display = tables.format_cells(result.stats)
+    # A "not run (why)" reason is said once, as a footnote, not in each of a row's runtime columns.
+    notes: dict[str, str] = {}
+    marks = "¹²³⁴⁵⁶⁷⁸⁹"
+
+    def short(text: str) -> str:
+        if not text.startswith("not run"):
+            return text
+        if text not in notes:
+            notes[text] = marks[len(notes)] if len(notes) < len(marks) else f"[{len(notes) + 1}]"
+        return f"not run{notes[text]}"
+
+    headers = [SHORT_HEADERS.get(c, c) for c in display.columns]
+    rows = [[short(str(row[c])) for c in display.columns] for _, row in display.iterrows()]
+    # No vertical rules; a table wider than the terminal even with every column at its longest word is split
+    # into parts, each repeating task, arch and lang, rather than cutting words.
+    title = title or "xlang compare"
+    keys = list(display.columns).index("n")  # task, [shape,] arch, lang[, model]: repeated in each part
+    for n, part in enumerate(column_groups(headers, rows, keys, console.width)):
+        table = Table(title=title if n == 0 else f"{title} (continued)", show_lines=False, header_style="bold",
+                      box=box.SIMPLE_HEAD, show_edge=False)
+        for i in part:
+            col = display.columns[i]
+            table.add_column(headers[i], justify="right" if col == "n" or "speedup" in col or col in
+                             (*tables.SPEED_COLUMNS, *tables.THROUGHPUT_COLUMNS) else "left", no_wrap=i < keys)
+        for k, row in enumerate(rows):
+            if k and row[0] != rows[k - 1][0]:
+                table.add_section()
+            cells = []
+            for i in part:
+                text = row[i]
+                style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else ""
+                cells.append(f"[{style}]{text}[/{style}]" if style else text)
+            table.add_row(*cells)
+        console.print(keep_words(table, console))
+    for text, mark in notes.items():
+        console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
+    for line in provenance.runtime_banners(result.dataset):
+        console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
+    print_suites(result.dataset, console)
+
+
+def print_suites(dataset, console) -> None:
+    """--suite: per cell, one line of its shown candidate's suite summary, then its per-shape table (nothing when
+    no suite was timed). Split and wrapped between words like the main table, never cut."""
+    from rich import box
+    from rich.table import Table
+
+    from xlang.report import suite_tables
+    from xlang.terminal import column_groups, keep_words
+
+    shapes = suite_tables.suite_shape_table(dataset)
+    for r in suite_tables.suite_table(dataset).to_dict("records"):
+        key = " · ".join(str(r[k]) for k in suite_tables.SUITE_KEY)
+        console.print(f"[bold]suite {key}[/bold]: {r['candidate']} (correct with target: {r['with target']}), "
+                      f"{r['shapes']} shapes, geomean {r['geomean× vendor']}× vendor, time-weighted "
+                      f"{r['time-weighted× vendor']}×, worst {r['worst shape']}, TFLOP/s {r['TFLOP/s (min–max)']}",
+                      highlight=False)
+        mine = shapes
+        for k in suite_tables.SUITE_KEY:
+            mine = mine[mine[k] == r[k]]
+        headers = list(suite_tables.SUITE_SHAPE_TABLE_COLUMNS[len(suite_tables.SUITE_KEY):])
+        rows = [[str(row[h]).replace(",", ", ") if h == "shape" else str(row[h]) for h in headers]
+                for row in mine.to_dict("records")]
+        for n, part in enumerate(column_groups(headers, rows, 2, console.width)):
+            table = Table(title=f"per shape{' (continued)' if n else ''}", header_style="bold", box=box.SIMPLE_HEAD,
+                          show_edge=False)
+            for i in part:
+                table.add_column(headers[i], justify="left" if i < 2 else "right")
+            for row in rows:
+                table.add_row(*[row[i] for i in part])
+            console.print(keep_words(table, console))
+
+
+def to_json(result: CompareResult) -> dict:
+    return {"cells": [{**asdict(o.cell), "state": o.state, "seconds": round(o.seconds, 3), "summary": o.summary}
+                      for o in result.cells],
+            "table": json.loads(result.stats.to_json(orient="records"))}
