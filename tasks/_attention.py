@@ -130,6 +130,19 @@ def _draw_long_s(rng, lo=LONG_S[0]):
     return _draw_s(rng, *reversed(LONG_TOP)) if rng.random() < 0.5 else _draw_s(rng, LONG_TOP[0] - 1, lo)
 
 
+def draw_heads(rng, shape, fixed, long: bool, groups=GROUPS) -> tuple[int, int]:
+    """(H, HKV) of a drawn shape: a fixed H or HKV keeps the shape's group size H / HKV; a long sequence gets one
+    KV head and a group of 1 or 2 (its scores stay affordable); else a group from `groups` and 1..3 KV heads."""
+    if "H" in fixed or "HKV" in fixed:
+        group = shape["H"] // shape["HKV"]
+        hkv = shape["HKV"] if "HKV" in fixed else shape["H"] // group
+    elif long:
+        group, hkv = rng.choice((1, 2)), 1
+    else:
+        group, hkv = rng.choice(groups), rng.randint(1, 3)
+    return hkv * group, hkv
+
+
 def draw_shape(rng, shape, fixed, long=None):
     """One shape from the contract's space; sizes in `fixed` keep shape's value (H or HKV: the group too).
     long=True: a long sequence (S from FIRST_LONG_S) unless S is fixed; None: long with LONG_RATE."""
@@ -137,14 +150,7 @@ def draw_shape(rng, shape, fixed, long=None):
     long = "S" not in fixed and (first or rng.random() < LONG_RATE)
     s = (_draw_long_s(rng, FIRST_LONG_S[0] if first else LONG_S[0]) if long else _draw_s(rng))
     out = {"D": rng.choice(HEAD_DIMS), "B": 1 if long else rng.randint(1, 3), "S": s}
-    if "H" in fixed or "HKV" in fixed:
-        group = shape["H"] // shape["HKV"]
-        hkv = shape["HKV"] if "HKV" in fixed else shape["H"] // group
-    elif long:
-        group, hkv = rng.choice((1, 2)), 1
-    else:
-        group, hkv = rng.choice(GROUPS), rng.randint(1, 3)
-    out.update(H=hkv * group, HKV=hkv)
+    out["H"], out["HKV"] = draw_heads(rng, shape, fixed, long)
     out.update({k: shape[k] for k in fixed})
     bound = MAX_LONG_SCORES if long else MAX_SCORES
     if "B" not in fixed:

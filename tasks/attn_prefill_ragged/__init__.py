@@ -25,7 +25,8 @@ import random
 
 from xlang.task import Contract, Task, TensorArg
 
-from .._attention import FP16_BEYOND, INPUT_KINDS, TOLERANCE, _chunks, _scores, forward_inputs, forward_reference
+from .._attention import (FP16_BEYOND, INPUT_KINDS, TOLERANCE, _chunks, _scores, draw_heads, forward_inputs,
+                          forward_reference)
 
 HEAD_DIMS = (128, 256)
 GROUPS = (1, 2, 4, 6, 8)
@@ -102,14 +103,7 @@ def draw_shape(rng, shape, fixed, long=None):
     long = "T" not in fixed and (first or rng.random() < LONG_RATE)
     out = {"D": rng.choice(HEAD_DIMS), "B": rng.randint(1, 2) if long else rng.randint(1, 6)}
     out["T"] = rng.randint(*LONG_T) if long else rng.randint(out["B"], MAX_T)
-    if "H" in fixed or "HKV" in fixed:
-        group = shape["H"] // shape["HKV"]
-        hkv = shape["HKV"] if "HKV" in fixed else shape["H"] // group
-    elif long:
-        group, hkv = rng.choice((1, 2)), 1
-    else:
-        group, hkv = rng.choice(GROUPS), rng.randint(1, 3)
-    out.update(H=hkv * group, HKV=hkv)
+    out["H"], out["HKV"] = draw_heads(rng, shape, fixed, long, GROUPS)
     out.update({k: shape[k] for k in fixed})
     bound = MAX_LONG_SCORES if long else MAX_SCORES
     if "T" not in fixed and out["H"] * out["T"] ** 2 > bound:
