@@ -1,0 +1,71 @@
+"""The hostile cases of the new task families (tests/kernels/hostile: fp8_scale_once_per_row.py for
+gemm_fp8_blockscale's scale factors, decode_contiguous_pages.py for attn_decode_paged's page tables) fail the task's
+own comparison under Triton's CPU interpreter, on the task's drawn inputs, in every case tried: the inputs are what
+catches them, before any GPU stage (where the hostile corpus run judges them: benchmarks/hostile_corpus_run.py)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTILE = ROOT / "tests" / "kernels" / "hostile"
+
+# In a child: TRITON_INTERPRET is read when triton.jit decorates. The numpy shim is tests/test_fp8_experts.py's
+# (Triton 3.6's interpreter takes a scalar argument with int() of a one-element array, which numpy 2.4 refuses).
+_CHILD = r'''
+import json, sys
+import numpy as np
+import torch
+from triton.runtime import interpreter
+
+_patch = interpreter._patch_lang_tensor
+def _patch_index(tensor, scope):
+    _patch(tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+interpreter._patch_lang_tensor = _patch_index
+
+from xlang.candidate import allocate_outputs, arguments, load_module
+from xlang.profiler.stages.check import compare_output
+from xlang.task import get_task
+
+task = get_task(sys.argv[2])
+module = load_module(sys.argv[1])
+out = []
+for sizes in json.loads(sys.argv[3]):
+    shape = task.shape(sizes)
+    for kind in task.input_kinds:
+        inputs = task.make_inputs(shape, 7, "cpu", kind)
+        outputs = allocate_outputs(task, shape, "cpu")
+        module.xlang_entry(*arguments(task, shape, {**inputs, **outputs}))
+        failed = []
+        for name, expected in task.reference(inputs, shape).items():
+            atol, rtol = task.tolerance_for(name, kind)
+            stats = compare_output(name, outputs[name], expected, atol=atol, rtol=rtol)
+            failed += [name] if "failure" in stats else []
+        out.append({"shape": sizes, "kind": kind, "failed": failed})
+print(json.dumps(out))
+'''
+
+CASES = [
+    ("fp8_scale_once_per_row.py", "gemm_fp8_blockscale", [{"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}]),
+    ("decode_contiguous_pages.py", "attn_decode_paged", [{"B": 3, "H": 4, "HKV": 2, "D": 64, "P": 16, "S": 100},
+                                                         {"B": 2, "H": 3, "HKV": 1, "D": 128, "P": 1, "S": 37}]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("file, task, shapes", CASES, ids=[c[0] for c in CASES])
+def test_the_hostile_case_fails_every_drawn_input_under_the_interpreter(file, task, shapes, tmp_path):
+    pytest.importorskip("triton")
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script), str(HOSTILE / file), task, json.dumps(shapes)],
+                          capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cases = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert cases and all(c["failed"] for c in cases), cases
