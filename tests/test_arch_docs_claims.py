@@ -95,6 +95,13 @@ def _ptx(form: str) -> str:
     return f'asm volatile("{form}" ::: "memory");'
 
 
+# TMA's gather mode (PTX ISA cp.async.bulk.tensor, load mode .tile::gather4): four rows at four row coordinates, one
+# column coordinate; the paged-KV gather of Blackwell (attn_decode_paged). Rejected on sm_90a.
+GATHER4 = ('if (threadIdx.x == 0) asm volatile("cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4'
+           '.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" :: '
+           '"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(&map), "r"(t), "r"(t), "r"(t + 1), '
+           '"r"(t + 2), "r"(t + 3), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(&bar))) : "memory");')
+
 # ---- SASS probes: first cell of the params.md row -> kernel body ---------------------------------
 SASS_PROBES = {
     "b200": {
@@ -158,6 +165,7 @@ SASS_PROBES = {
         "cp.async.bulk.tensor.2d (store)": "if (threadIdx.x == 0) xl::tma_store_2d(&map, smem, 0, 0);",
         "cp.async.bulk.tensor.4d (load)": "if (threadIdx.x == 0) xl::tma_load_4d(smem, &map, &bar, 0, 0, t, t);",
         "cp.async.bulk.tensor.5d (load)": "if (threadIdx.x == 0) xl::tma_load_5d(smem, &map, &bar, 0, 0, t, t, t);",
+        "cp.async.bulk.tensor.2d .tile::gather4 (load)": GATHER4,
         "cp.async.bulk.tensor.2d .L2::cache_hint (load)":
             "if (threadIdx.x == 0) xl::tma_load_2d_hint(smem, &map, &bar, 0, 0, xl::l2_policy_evict_last());",
         "cp.reduce.async.bulk.tensor.2d .add (reduce-store)":
@@ -325,6 +333,8 @@ FORM_PROBES = {
             (_ptx("tcgen05.fence::before_thread_sync;"),
              "Instruction 'tcgen05.fence' not supported on .target 'sm_90a'"),
         "setmaxnreg.inc (on sm_90a)": (_ptx("setmaxnreg.inc.sync.aligned.u32 232;"), None),
+        "cp.async.bulk.tensor.2d .tile::gather4 (on sm_90a)":
+            (GATHER4, "Feature '.tile::gather4 with destination state space as .shared::cta' requires .target sm_100"),
         "xl::setmaxnreg_inc<236>": ("xl::setmaxnreg_inc<236>();", "setmaxnreg: 24..256, multiple of 8"),
         "wgmma in a branch that splits the warpgroup":
             ("for (int i = 0; i < 64; ++i) acc[i] = 0.f;"
@@ -370,6 +380,7 @@ TWINS = {
         "wgmma.mma_async e4m3 with the transpose immediates": "wgmma.mma_async e4m3, K-major (no transpose immediates)",
         "tcgen05.fence::before_thread_sync (on sm_90a)": "setmaxnreg.inc (on sm_90a)",
         "xl::setmaxnreg_inc<236>": "setmaxnreg.inc",
+        "cp.async.bulk.tensor.2d .tile::gather4 (on sm_90a)": "cp.async.bulk.tensor.2d (load)",
     },
 }
 # Forms whose row names a target other than the architecture's own (first cell -> target).
