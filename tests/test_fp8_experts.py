@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TASK = get_task("gemm_fp8_blockscale")
 
 # Run in a child: TRITON_INTERPRET is read when triton.jit decorates. Triton 3.6's interpreter converts a scalar
-# argument with int(array of one element), which numpy 2.4 refuses; the shim (this test's, not the expert's) takes
-# the element. Its fp8 tl.dot widens e4m3 to fp16 exactly and multiplies in fp32.
-_INTERPRET = r'''
+# argument with int(array of one element), which numpy 2.4 refuses; the shim (the tests', not the expert's) takes
+# the element (tests/test_hostile_new_tasks.py starts its children with it too). Its fp8 tl.dot widens e4m3 to fp16
+# exactly and multiplies in fp32.
+INTERPRETER_SHIM = r'''
 import sys
 import numpy as np
 import torch
@@ -31,6 +32,8 @@ def _patch_index(tensor, scope):
     _patch(tensor, scope)
     scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
 interpreter._patch_lang_tensor = _patch_index
+'''
+_INTERPRET = INTERPRETER_SHIM + r'''
 
 from xlang.candidate import load_module
 from xlang.profiler.stages.check import compare_output

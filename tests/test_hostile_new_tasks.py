@@ -10,24 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_fp8_experts import INTERPRETER_SHIM
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ROOT / "tests" / "kernels" / "hostile"
 
-# In a child: TRITON_INTERPRET is read when triton.jit decorates. The numpy shim is tests/test_fp8_experts.py's
-# (Triton 3.6's interpreter takes a scalar argument with int() of a one-element array, which numpy 2.4 refuses).
-_CHILD = r'''
-import json, sys
-import numpy as np
-import torch
-from triton.runtime import interpreter
-
-_patch = interpreter._patch_lang_tensor
-def _patch_index(tensor, scope):
-    _patch(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-interpreter._patch_lang_tensor = _patch_index
-
+# In a child: TRITON_INTERPRET is read when triton.jit decorates; the numpy shim is tests/test_fp8_experts.py's.
+_CHILD = INTERPRETER_SHIM + r'''
+import json
 from xlang.candidate import allocate_outputs, arguments, load_module
 from xlang.profiler.stages.check import compare_output
 from xlang.task import get_task
