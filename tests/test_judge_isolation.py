@@ -570,9 +570,20 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _nvml_stand_in(monkeypatch, uid: int, helper_holds: bool, extra=()):
     """NVML's compute-process list as the judge would get it on a GPU: the judge, the candidate's runner and, when
-    helper_holds, the candidate's helper process (and `extra` pids)."""
+    helper_holds, the candidate's helper process (and `extra` pids).
+
+    The runner is told by its command line; a child it has forked but not yet exec'd carries the same command line
+    for a moment (vfork shares its memory), and would hold no context on a GPU (CUDA contexts do not cross fork), so a
+    process whose command line is its parent's is not the runner."""
     from xlang.profiler import gpuwatch
     from xlang.sandbox import uid_processes
 
@@ -580,7 +591,8 @@ def _nvml_stand_in(monkeypatch, uid: int, helper_holds: bool, extra=()):
         pids = [os.getpid(), *extra]
         for pid, _ in uid_processes(uid):
             cmd = _cmdline(pid)
-            if b"xlang.profiler.runner" in cmd or (helper_holds and HELPER_MARKER in cmd):
+            runner = b"xlang.profiler.runner" in cmd and _cmdline(_parent(pid)) != cmd
+            if runner or (helper_holds and HELPER_MARKER in cmd):
                 pids.append(pid)
         return sorted(pids)
 
