@@ -426,6 +426,7 @@ def make_task(name: str, backward: bool, causal: bool) -> Task:
         draw_shape=draw_shape,
         draw_first=lambda rng, shape, fixed: draw_shape(rng, shape, fixed, long=True),
         check_shape=check_shape,
+        suites_file="_attention_suites.toml",  # one file for the four tasks: the same sizes, the same models
         # The backward experts recompute: Triton's FA2 split does 1.40-1.44x the task's FLOPs on wgmma, 1.87x at
         # D=96 (padded to 128), at >= 99.0% share (reports/h200-reference, harness 4). A 2.5x cap keeps 1.3x margin
         # over that; the 90% share then leaves other math at most 2.5 * 0.1 / 0.9 = 0.28x the task.

@@ -5,6 +5,7 @@ are."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -30,7 +31,7 @@ def test_gemm_suites_resolve_with_their_sizes_and_sources():
             assert task.shape(x.shape) == x.shape  # the task's own rules allow every one
         assert sorted({x.shape["M"] for x in s.shapes}) == [1, 16, 128, 1000, 8192]
     assert task.suite("llama3-8b") is suites["llama3-8b"]
-    assert get_task("attn_fwd").suites() == {}
+    assert "deepseek-v3" not in get_task("attn_fwd").suites()  # MLA: not the attention tasks' contract
 
 
 def test_gemm_suite_pairs_follow_from_the_quoted_configs():
@@ -62,8 +63,11 @@ def test_unknown_suite_is_one_line_listing_the_tasks_suites():
     with pytest.raises(XlangError, match=r"task gemm has no suite 'nope' \(its suites: llama3-8b, llama3-70b, "
                                          r"qwen3-32b, deepseek-v3"):
         get_suite(get_task("gemm"), "nope")
+    with pytest.raises(XlangError, match="task attn_fwd has no suite 'deepseek-v3' \\(its suites: llama3-8b, "):
+        get_task("attn_fwd").suite("deepseek-v3")
+    without = dataclasses.replace(get_task("gemm"), suites_file="no_such_suites.toml")
     with pytest.raises(XlangError, match="its suites: none"):
-        get_task("attn_fwd").suite("llama3-8b")
+        without.suite("llama3-8b")
 
 
 def test_suite_files_are_checked_against_the_task(tmp_path):
@@ -260,10 +264,14 @@ def test_compare_plans_a_suite_cell_per_task_that_carries_it(tmp_path):
 
     base = dict(archs=["b200"], langs=["triton"], tasks=["gemm", "attn_fwd"], profiler="none",
                 store=str(tmp_path / "r.db"))
-    cfg = validate(CompareConfig(**base, suites=["llama3-8b", "qwen3-32b"]))
+    cfg = validate(CompareConfig(**base, suites=["llama3-8b", "deepseek-v3"]))
     cells = plan(cfg)
-    assert [(c.task, c.suite) for c in cells] == [("gemm", "llama3-8b"), ("gemm", "qwen3-32b"), ("attn_fwd", "")]
+    assert [(c.task, c.suite) for c in cells] == [("gemm", "llama3-8b"), ("gemm", "deepseek-v3"),
+                                                  ("attn_fwd", "llama3-8b")]
     assert cell_label(cells[0]) == "gemm · triton · b200 · suite llama3-8b"
+    # a task that carries none of the named suites runs once without one
+    only_gemm = plan(validate(CompareConfig(**base, suites=["deepseek-v3"])))
+    assert [(c.task, c.suite) for c in only_gemm] == [("gemm", "deepseek-v3"), ("attn_fwd", "")]
     plain = validate(CompareConfig(**base))
     # without a suite a cell's key is what it was before suites existed (stored compares resume), with one another
     assert cell_key(cfg, "attn_fwd", "triton", "b200") == cell_key(plain, "attn_fwd", "triton", "b200")

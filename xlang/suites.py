@@ -7,11 +7,14 @@ A suite file holds one table per suite:
   title = "..."                       what the shapes are
   source = "..."                      where they come from (a config file's address, with the keys used)
   config = { key = value, ... }       the source's values the shapes are computed from (optional; tests check them)
+  sizes = { SIZE = v, ... }           sizes every shape has (optional; e.g. an attention suite's heads)
   sweep = { SIZE = [v, ...] }         sizes every entry is crossed with (optional; e.g. the M set of a GEMM suite)
   shapes = [ { label = "...", SIZE = v, ... }, ... ]
 
 Each shape is an entry's sizes crossed with every sweep value, in order (entries first, then the sweep values);
-the task's default shape fills a size neither gives, and the task's rules (check_shape) must allow it.
+the task's default shape fills a size none gives, sizes that follow from others (Task.derived_sizes) are computed,
+and the task's rules (check_shape) must allow it. A task names its suites file (Task.suites_path): its own
+tasks/<task>/suites.toml, or one it shares with tasks of the same sizes (tasks/_attention_suites.toml).
 
 `xlang eval/compare/run --suite NAME`: correctness on every shape of the suite (with the drawn shapes as usual),
 each timed against the vendor; the verdict's `suite` field holds the per-shape figures and their summary
@@ -61,19 +64,23 @@ def load_file(path: Path, task) -> dict[str, Suite]:
         if not isinstance(entry, dict) or not entry.get("shapes"):
             raise XlangError(f"{path}: suite '{name}' has no shapes")
         sweep = entry.get("sweep") or {}
-        for size in sweep:
+        common = entry.get("sizes") or {}  # sizes every shape of the suite has (the model's heads, say)
+        for size in [*sweep, *common]:
             if size not in task.default_shape:
-                raise XlangError(f"{path}: suite '{name}' sweeps '{size}', which task {task.name} does not have")
+                raise XlangError(f"{path}: suite '{name}' sets '{size}' for every shape, which task {task.name} does "
+                                 "not have")
         shapes = []
         for item in entry["shapes"]:
             sizes = {k: v for k, v in item.items() if k != "label"}
             for combo in itertools.product(*sweep.values()) if sweep else [()]:
-                given = {**sizes, **dict(zip(sweep, combo))}
+                given = {**common, **sizes, **dict(zip(sweep, combo))}
                 unknown = sorted(set(given) - set(task.default_shape))
                 if unknown:
                     raise XlangError(f"{path}: suite '{name}' gives '{unknown[0]}', which task {task.name} does not "
                                      "have")
                 shape = {k: int(given.get(k, v)) for k, v in task.default_shape.items()}
+                if task.derived_sizes is not None:  # sizes that follow from the others (decode: MAXP, NP)
+                    shape.update({k: v for k, v in task.derived_sizes(shape).items() if k not in given})
                 try:
                     task.check_shape(shape)
                 except ValueError as e:
@@ -88,8 +95,8 @@ _LOADED: dict[tuple, dict[str, Suite]] = {}
 
 
 def task_suites(task) -> dict[str, Suite]:
-    """The task's suites (none when its folder has no suites.toml); read again when the file changes."""
-    path = Path(task.folder()) / SUITES_FILE
+    """The task's suites (none when it has no suites file: Task.suites_path); read again when the file changes."""
+    path = Path(task.suites_path())
     if not path.is_file():
         return {}
     key = (task.name, str(path), path.stat().st_mtime_ns)

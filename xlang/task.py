@@ -232,6 +232,9 @@ class Task:
     # value}. Task.shape fills them after the overrides, except those the caller gave (check_shape then says whether
     # they agree); draw_shape sets them itself.
     derived_sizes: Callable[[dict], dict] | None = None
+    # The task's shape suites (xlang.suites): a file under the tasks folder, for tasks that share one (the four
+    # attention tasks have the same sizes and the same models); "" is the task's own <name>/suites.toml.
+    suites_file: str = ""
 
     def tolerance_for(self, output: str, kind: str = "normal") -> tuple[float, float]:
         """(atol, rtol) of one output in a trial of input kind `kind`, applied per element as torch.allclose does."""
@@ -299,8 +302,11 @@ class Task:
     def folder(self):
         return resources.folder("tasks") / self.name
 
+    def suites_path(self):
+        return resources.folder("tasks") / self.suites_file if self.suites_file else self.folder() / suites.SUITES_FILE
+
     def suites(self) -> dict:
-        """The task's named shape suites (tasks/<task>/suites.toml; xlang.suites): {name: Suite}."""
+        """The task's named shape suites (suites_path(); xlang.suites): {name: Suite}."""
         return suites.task_suites(self)
 
     def suite(self, name: str):

@@ -206,5 +206,6 @@ TASK = Task(
     draw_shape=draw_shape,
     check_shape=check_shape,
     input_kinds=INPUT_KINDS,
+    suites_file="gemm/suites.toml",  # the same (M, N, K) layers as the bf16 gemm task: every K a multiple of 128
     required={"hopper": ("wgmma_fp8", "tma"), "blackwell": ("tcgen05_f8f6f4", "tma")},
 )
