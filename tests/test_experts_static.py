@@ -56,6 +56,10 @@ CASES = [
     ("attn_decode_paged", "triton", "h100", None, {"cp_async", "mma_sync"}),
     ("attn_decode_paged", "triton", "h100", "D=256,P=1", {"cp_async"}),
     ("attn_decode_paged", "triton", "b200", "P=64,D=64", {"cp_async"}),
+    # cuda_ptx decode (one source for every D and P, dispatched at run time; CPU model: tests/test_decode_cuda_ptx_model.py).
+    ("attn_decode_paged", "cuda_ptx", "h100", None, {"cp_async", "mma_sync", "ldmatrix"}),
+    ("attn_decode_paged", "cuda_ptx", "h100", "D=64,P=1", {"cp_async", "mma_sync", "ldmatrix"}),
+    ("attn_decode_paged", "cuda_ptx", "h100", "D=256,P=64", {"cp_async", "mma_sync", "ldmatrix"}),
     ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
     ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
     ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
