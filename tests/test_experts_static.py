@@ -63,6 +63,9 @@ CASES = [
     ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
     ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
     ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
+    # cuda_ptx ragged prefill (the attn_fwd expert over cu_seqlens; D 256 with BN 64): never run on a GPU.
+    ("attn_prefill_ragged", "cuda_ptx", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_prefill_ragged", "cuda_ptx", "h100", "D=256,HKV=4", HOPPER | {"mbarrier", "setmaxnreg"}),
     # fp8 1d2d GEMM (issue 34): never run on a GPU; the interpreter check is tests/test_fp8_experts.py.
     ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
