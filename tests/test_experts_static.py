@@ -56,9 +56,16 @@ CASES = [
     ("attn_decode_paged", "triton", "h100", None, {"cp_async", "mma_sync"}),
     ("attn_decode_paged", "triton", "h100", "D=256,P=1", {"cp_async"}),
     ("attn_decode_paged", "triton", "b200", "P=64,D=64", {"cp_async"}),
+    # cuda_ptx decode (one source for every D and P, dispatched at run time; CPU model: tests/test_decode_cuda_ptx_model.py).
+    ("attn_decode_paged", "cuda_ptx", "h100", None, {"cp_async", "mma_sync", "ldmatrix"}),
+    ("attn_decode_paged", "cuda_ptx", "h100", "D=64,P=1", {"cp_async", "mma_sync", "ldmatrix"}),
+    ("attn_decode_paged", "cuda_ptx", "h100", "D=256,P=64", {"cp_async", "mma_sync", "ldmatrix"}),
     ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
     ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
     ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
+    # cuda_ptx ragged prefill (the attn_fwd expert over cu_seqlens; D 256 with BN 64): never run on a GPU.
+    ("attn_prefill_ragged", "cuda_ptx", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_prefill_ragged", "cuda_ptx", "h100", "D=256,HKV=4", HOPPER | {"mbarrier", "setmaxnreg"}),
     # fp8 1d2d GEMM (issue 34): never run on a GPU; the interpreter check is tests/test_fp8_experts.py.
     ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),

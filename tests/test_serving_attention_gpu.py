@@ -5,7 +5,9 @@ in a session without a GPU (2026-12-02); what they assert is what the tasks and 
   gathered) is within the task's tolerance of the fp32 reference: the baseline computes the task.
 - Each Triton expert gets the full verdict `ok` at a reduced shape: correct on drawn shapes (shuffled page tables,
   garbage around them; ragged cu_seqlens), its required families executed (decode: cp.async; prefill: wgmma and
-  TMA), timed against the baseline the verdict names.
+  TMA), timed against the baseline the verdict names. So does the cuda_ptx decode expert (cuda_ptx_hopper.cu), at
+  shapes that reach one split and several, page sizes 1 and 64, D 64 and 256, and the cuda_ptx prefill expert at D
+  128 and 256.
 """
 
 from pathlib import Path
@@ -75,4 +77,38 @@ def test_triton_expert_full_verdict(task_name, sizes, families, tmp_path):
     assert v.category == V.OK, v.detail
     assert v.correct and v.census_ok and v.executed_ok
     assert all(v.executed["families"][f] > 0 for f in families), v.executed["families"]
+    assert v.timing["baseline_name"] == task.baseline_name and v.timing["speedup"] > 0
+
+
+@pytest.mark.parametrize("sizes", ["B=16,S=2048", "B=64,S=300,P=1,D=64,H=8,HKV=8", "B=2,S=9000,P=64,D=256,H=16,HKV=2"])
+def test_cuda_ptx_decode_expert_full_verdict(sizes, tmp_path):
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+    from xlang.task import get_task, parse_shape
+
+    task = get_task("attn_decode_paged")
+    source = tmp_path / "cuda_ptx_expert.cu"
+    source.write_text(task.solution("cuda_ptx", "hopper", ".cu").text)
+    v = evaluate(source, "cuda_ptx", task.name, _arch(), task.shape(parse_shape(sizes)),
+                 EvalOptions(label="attn_decode_paged-cuda_ptx-expert"))
+    print(f"\nattn_decode_paged cuda_ptx {sizes}: {v.category}: {v.detail[:600]}")
+    assert v.category == V.OK, v.detail
+    assert v.correct and v.census_ok and v.executed_ok
+    assert all(v.executed["families"].get(f, 0) > 0 for f in ("cp_async", "mma_sync")), v.executed["families"]
+    assert v.timing["baseline_name"] == task.baseline_name and v.timing["speedup"] > 0
+
+
+@pytest.mark.parametrize("sizes", ["B=4,T=4096", "B=3,T=3000,D=256,H=8,HKV=2"])
+def test_cuda_ptx_prefill_expert_full_verdict(sizes, tmp_path):
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+    from xlang.task import get_task, parse_shape
+
+    task = get_task("attn_prefill_ragged")
+    source = tmp_path / "cuda_ptx_expert.cu"
+    source.write_text(task.solution("cuda_ptx", "hopper", ".cu").text)
+    v = evaluate(source, "cuda_ptx", task.name, _arch(), task.shape(parse_shape(sizes)),
+                 EvalOptions(label="attn_prefill_ragged-cuda_ptx-expert"))
+    print(f"\nattn_prefill_ragged cuda_ptx {sizes}: {v.category}: {v.detail[:600]}")
+    assert v.category == V.OK, v.detail
+    assert v.correct and v.census_ok and v.executed_ok
+    assert all(v.executed["families"].get(f, 0) > 0 for f in ("wgmma", "tma")), v.executed["families"]
     assert v.timing["baseline_name"] == task.baseline_name and v.timing["speedup"] > 0

@@ -88,7 +88,7 @@ phase_corpus() {
 }
 phase_new() {
   for spec in ${NEW_EXPERTS:-"gemm_fp8_blockscale:triton" "gemm_fp8_blockscale:cuda_ptx" "attn_decode_paged:triton" \
-      "attn_prefill_ragged:triton"}; do
+      "attn_decode_paged:cuda_ptx" "attn_prefill_ragged:triton" "attn_prefill_ragged:cuda_ptx"}; do
     IFS=: read task lang <<< "$spec"
     ev "${task}_${lang}" expert "$lang" "$task"
   done
