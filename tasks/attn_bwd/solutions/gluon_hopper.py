@@ -256,28 +256,28 @@ def _descriptor(t, rows, block):
     return TensorDescriptor.from_tensor(flat, block, gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16))
 
 
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
 def xlang_entry(dO, Q, K, V, O, LSE, dQ, dK, dV, B, H, HKV, S, D):
     DP = 64 if D <= 64 else 128
     scale = 1.0 / math.sqrt(D)
     qk_scale = scale * LOG2E
     q_rows, kv_rows = B * H * S, B * HKV * S
     Delta = torch.empty((B, H, S), dtype=torch.float32, device=Q.device)
-    _delta_kernel[(triton_cdiv(q_rows, DELTA_ROWS),)](O, dO, Delta, q_rows, D, BR=DELTA_ROWS, DP=DP, num_warps=4)
+    _delta_kernel[(_cdiv(q_rows, DELTA_ROWS),)](O, dO, Delta, q_rows, D, BR=DELTA_ROWS, DP=DP, num_warps=4)
 
     q_desc = _descriptor(Q, q_rows, [DKDV_BM, DP])
     do_desc = _descriptor(dO, q_rows, [DKDV_BM, DP])
     k_desc = _descriptor(K, kv_rows, [DKDV_BN, DP])
     v_desc = _descriptor(V, kv_rows, [DKDV_BN, DP])
-    _dkdv_kernel[(triton_cdiv(S, DKDV_BN), B * HKV)](q_desc, k_desc, v_desc, do_desc, dK, dV, LSE, Delta, H, HKV, S,
+    _dkdv_kernel[(_cdiv(S, DKDV_BN), B * HKV)](q_desc, k_desc, v_desc, do_desc, dK, dV, LSE, Delta, H, HKV, S,
                                                     D, qk_scale, scale, IS_CAUSAL=CAUSAL, num_warps=NUM_WARPS)
 
     q_desc = _descriptor(Q, q_rows, [DQ_BM, DP])
     do_desc = _descriptor(dO, q_rows, [DQ_BM, DP])
     k_desc = _descriptor(K, kv_rows, [DQ_BN, DP])
     v_desc = _descriptor(V, kv_rows, [DQ_BN, DP])
-    _dq_kernel[(triton_cdiv(S, DQ_BM), B * H)](q_desc, k_desc, v_desc, do_desc, dQ, LSE, Delta, H, HKV, S, D,
+    _dq_kernel[(_cdiv(S, DQ_BM), B * H)](q_desc, k_desc, v_desc, do_desc, dQ, LSE, Delta, H, HKV, S, D,
                                               qk_scale, scale, IS_CAUSAL=CAUSAL, num_warps=NUM_WARPS)
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
