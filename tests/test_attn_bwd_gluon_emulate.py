@@ -28,7 +28,8 @@ MODELLED_SOURCE = (
     "n_steps = group * n_q",  # every query head of the GQA group, in one CTA
     "bh = head0 + it // n_q",
     "head0 = (bkv // HKV) * H + (bkv % HKV) * group",
-    "p_t = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), p_t, 0.0)",  # causal, every step
+    "if first_m + (it % n_q) * BM < start_n + BN:",  # causal dK/dV: the diagonal band is masked
+    "p_t = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), p_t, 0.0)",
     "kv_row = ((bh // H) * HKV + (bh % H) // (H // HKV)) * S",
     "mask_from = gl.minimum(S, start_m)",
     "end_n = gl.minimum(S, start_m + BM)",

@@ -144,7 +144,8 @@ def _dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dK, dV, LSE, Delta, H, HKV, S,
 
         p_t = gl.exp2(st_tmem.load(st_layout) * qk_scale - gl.expand_dims(lse2, 0))
         if IS_CAUSAL:
-            p_t = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), p_t, 0.0)
+            if first_m + (it % n_q) * BM < start_n + BN:  # the diagonal band; later query blocks see every key
+                p_t = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), p_t, 0.0)
         pt_smem.store(p_t.to(gl.bfloat16))
         ds_t = p_t * (dpt_tmem.load(st_layout) - gl.expand_dims(delta, 0))
         dst_smem.store(ds_t.to(gl.bfloat16))

@@ -26,8 +26,9 @@ Design (FlashAttention-2's split, as tasks/attn_bwd/solutions/triton.py, in thre
   past S get LSE = +inf and Delta = 0, so their P and dS are exactly 0 and they add nothing to dK, dV; key rows
   past S are rows of the dK/dV accumulators the masked store drops; in the dQ pass a key block that reaches past
   S (or past the block's first row, causal) is masked (P = 0 there). Causal: the dK/dV pass starts at the query
-  block of its first key (earlier queries see none of them) and masks j <= i on every block; the dQ pass stops
-  after the block's last row and runs the longest CTAs first.
+  block of its first key (earlier queries see none of them) and masks j <= i on the diagonal band only (query
+  blocks starting before the key block's end); the dQ pass stops after the block's last row and runs the longest
+  CTAs first.
 * Stores: plain masked stores from the accumulator layout (a tail tile must not write the next head's rows).
 
 TRITON_INTERPRET=1 does not run this file: gluon.jit always builds a GluonJITFunction (triton 3.6) and with no
@@ -149,7 +150,8 @@ def _dkdv_kernel(q_desc, k_desc, v_desc, do_desc, dK, dV, LSE, Delta, H, HKV, S,
         s_t = warpgroup_mma_wait(1, deps=[st_tok])  # S^T done; dP^T may still run
         p_t = gl.exp2(s_t * qk_scale - gl.expand_dims(lse2, 0))
         if IS_CAUSAL:
-            p_t = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), p_t, 0.0)
+            if first_m + (it % n_q) * BM < start_n + BN:  # the diagonal band; later query blocks see every key
+                p_t = gl.where(gl.expand_dims(offs_m, 0) >= gl.expand_dims(offs_n, 1), p_t, 0.0)
         p_op = gl.convert_layout(p_t.to(gl.bfloat16), op_layout)
         dv_tok = warpgroup_mma(p_op, do_smem, dv, is_async=True)
         dp_t = warpgroup_mma_wait(1, deps=[dpt_tok])  # dP^T done; dV may still run

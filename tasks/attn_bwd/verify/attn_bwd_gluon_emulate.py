@@ -14,7 +14,8 @@ What is modelled, as the kernels do it:
 * Delta = rowsum(dO * O) in fp32 over the flat rows;
 * dK/dV pass: grid (cdiv(S, BN), B*HKV), first query block start_n when causal (else 0), steps over the G query
   heads of the group x the query blocks, in the kernels' order; LSE = +inf and Delta = 0 for query rows past S;
-  S^T = K Q^T, P^T = exp2(S^T * scale*log2e - LSE*log2e), the causal select j <= i on every step, P^T and dS^T
+  S^T = K Q^T, P^T = exp2(S^T * scale*log2e - LSE*log2e), the causal select j <= i on the steps whose query
+  block starts before the key block's end (the diagonal band), P^T and dS^T
   rounded to bf16 before their MMAs, fp32 accumulation, dK scaled once; the masked store (rows < S - start_n,
   columns < D);
 * dQ pass: grid (cdiv(S, BM), B*H), causal CTAs in reverse order, key blocks up to min(S, start_m + BM) when
@@ -41,6 +42,7 @@ LOG2E = 1.4426950408889634
 MUTATIONS = {
     "causal_mask_dropped_in_dkdv": "the dK/dV pass never applies j <= i",
     "causal_mask_strict": "both passes keep j < i (the diagonal dropped)",
+    "causal_band_too_narrow": "the dK/dV pass masks only the first query block of the diagonal band",
     "gqa_first_head_only": "the dK/dV pass walks only the first query head of the group",
     "gqa_kv_head_modulo": "the dQ pass reads kv head h % HKV instead of h // G",
     "dq_tail_unmasked": "the dQ pass never masks keys past S (the next head's rows leak in)",
@@ -125,7 +127,8 @@ def entry(consts, causal, mutation=None):
                     lse2 = _row_values(lse, bh, offs_m, S, lse_other) * LOG2E
                     dlt = _row_values(delta, bh, offs_m, S, 0.0)
                     p_t = torch.exp2(k @ q.T * qk_scale - lse2[None, :])
-                    if causal and mutation != "causal_mask_dropped_in_dkdv":
+                    band_end = start_n + (BM_KV if mutation == "causal_band_too_narrow" else BN_KV)
+                    if causal and start_m < band_end and mutation != "causal_mask_dropped_in_dkdv":
                         p_t = torch.where(keep_diag(offs_m[None, :], offs_n[:, None]), p_t, 0.0)
                     dv += _bf16(p_t) @ do
                     ds_t = p_t * (v @ do.T - dlt[None, :])
