@@ -155,17 +155,17 @@ def test_a_new_harness_names_new_cell_runs(monkeypatch):
 
 
 def test_a_missing_expert_is_marked_apart_from_a_finished_cell(tmp_path):
-    """A cell with no expert solution (Gluon has no attention backward) is printed with '–', not the '✓' of a
+    """A cell with no expert solution (Gluon has no paged decode) is printed with '–', not the '✓' of a
     cell whose run finished, so a log without colour does not read it as judged; nothing is judged for it."""
     from rich.console import Console
 
     from xlang.compare import run_compare
 
-    cfg = CompareConfig(archs=["b200"], langs=["gluon"], tasks=["attn_bwd"], store=str(tmp_path / "r.db"))
+    cfg = CompareConfig(archs=["b200"], langs=["gluon"], tasks=["attn_decode_paged"], store=str(tmp_path / "r.db"))
     out = tmp_path / "out.txt"
     with open(out, "w") as f:
         result = run_compare(cfg, Console(file=f, width=200, no_color=True), progress=False)
     text = out.read_text()
-    assert "– attn_bwd · gluon · b200: missing: no expert solution" in text, text
-    assert "✓ attn_bwd · gluon" not in text
+    assert "– attn_decode_paged · gluon · b200: missing: no expert solution" in text, text
+    assert "✓ attn_decode_paged · gluon" not in text
     assert bool(result.stats.iloc[0]["missing"])

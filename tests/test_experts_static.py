@@ -52,6 +52,12 @@ CASES = [
     ("attn_bwd", "cutedsl", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd_causal", "cutedsl", "b200", "D=96,S=300,H=2,HKV=1", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_bwd", "cutedsl", "b200", "D=64", BLACKWELL),
+    # Gluon attention backward (issue 35): never run on a GPU; its CPU model is tests/test_attn_bwd_gluon_emulate.py.
+    ("attn_bwd", "gluon", "h100", None, HOPPER | {"mbarrier"}),
+    ("attn_bwd_causal", "gluon", "h100", "D=96,S=1000,HKV=8", HOPPER | {"mbarrier"}),
+    ("attn_bwd", "gluon", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
+    ("attn_bwd_causal", "gluon", "b200", "D=64,S=300,H=2,HKV=1", BLACKWELL | {"mbarrier", "tcgen05_commit"}),
+    ("attn_bwd", "gluon", "b200", "D=96,S=77,H=4,HKV=2", BLACKWELL),
     # The serving attention tasks (issue 33): never run on a GPU; here they build with their required families.
     ("attn_decode_paged", "triton", "h100", None, {"cp_async", "mma_sync"}),
     ("attn_decode_paged", "triton", "h100", "D=256,P=1", {"cp_async"}),

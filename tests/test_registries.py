@@ -120,14 +120,15 @@ def test_causal_experts_are_the_non_causal_ones_with_the_switch_on():
         assert causal.path == base.path and line in causal.text.splitlines() and line not in base.text.splitlines()
         assert len(causal.text.splitlines()) == len(base.text.splitlines())
     for lang, suffix, line in (("triton", ".py", "CAUSAL = True"), ("cuda_ptx", ".cu", "#define XL_CAUSAL 1"),
-                               ("cutedsl", ".py", "CAUSAL = True")):
+                               ("cutedsl", ".py", "CAUSAL = True"), ("gluon", ".py", "CAUSAL = True")):
         for gen in ("hopper", "blackwell"):
             bwd, bwd_causal = (get_task(t).solution(lang, gen, suffix) for t in ("attn_bwd", "attn_bwd_causal"))
-            # every language here has a backward expert on both generations (cutedsl Blackwell since issue 14)
+            # every language here has a backward expert on both generations (cutedsl Blackwell since issue 14,
+            # gluon since issue 35)
             assert bwd is not None and bwd_causal is not None, (lang, gen)
             assert bwd_causal.path == bwd.path and line in bwd_causal.text.splitlines(), (lang, gen)
             assert line not in bwd.text.splitlines()
-    assert get_task("attn_bwd_causal").solution("gluon", "hopper", ".py") is None  # no base expert yet
+    assert get_task("attn_bwd_causal").solution("tilelang", "hopper", ".py") is None  # no base expert yet
     with pytest.raises(ValueError, match="defines none"):
         set_constants("x = 1\n", {"CAUSAL": "True"}, "f.py")
     with pytest.raises(ValueError, match="defined 2 times"):
