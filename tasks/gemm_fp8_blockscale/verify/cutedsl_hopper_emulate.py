@@ -58,6 +58,7 @@ ROW, COL = _fragment_rows()
 
 # ============================================================================================= part 1: layouts
 def check_layouts():
+    # CuTe DSL imported here: part 2 (the model) needs only torch, and nvidia-cutlass-dsl is absent on some machines
     import cutlass
     import cutlass.cute as cute
     import cutlass.utils.hopper_helpers as sm90_utils
@@ -170,7 +171,13 @@ def run_cases(bugs=(), cases=CASES, quiet=False):
         task.check_shape(shape)
         for kind in task.input_kinds:
             x = task.make_inputs(shape, seed, "cpu", kind)
-            got = model(x, shape, bugs)
+            try:
+                got = model(x, shape, bugs)
+            except AssertionError as e:  # the model found the kernel reading what it never wrote
+                ok = False
+                if not quiet:
+                    print(f"FAIL {shape} {kind}: {e}")
+                continue
             stats = compare_output("C", got, task.reference(x, shape)["C"], **task.tolerance)
             good = "failure" not in stats
             ok &= good

@@ -1,0 +1,50 @@
+"""The CPU models of the CuTe DSL fp8 experts (issue 34): tasks/gemm_fp8_blockscale/verify/cutedsl_hopper_emulate.py
+and tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py re-enact each expert's tile / K-block loop and scale
+indexing in torch. They match the task's reference at its tolerance on drawn inputs (both input kinds, tails in M
+and N), every injected scale-indexing bug fails, and the layouts the kernels assume hold at trace time. Neither
+expert has run on a GPU: these show the scale handling modelled here is right, not that the kernels run."""
+
+from pathlib import Path
+
+import pytest
+
+from xlang.candidate import load_module
+
+ROOT = Path(__file__).resolve().parents[1]
+HOPPER = load_module(ROOT / "tasks/gemm_fp8_blockscale/verify/cutedsl_hopper_emulate.py", "fp8_cutedsl_hopper_model")
+BLACKWELL = load_module(ROOT / "tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py", "fp8_cutedsl_blackwell_model")
+MODELS = {"hopper": HOPPER, "blackwell": BLACKWELL}
+# odd M and N: one partial tile in each (M < 128 rows, N a multiple of 16 only), and a second partial row block of SB
+CASES = (({"M": 7, "N": 272, "K": 384}, 2), ({"M": 130, "N": 144, "K": 256}, 11))
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_the_model_matches_the_reference(which):
+    assert MODELS[which].run_cases(cases=CASES, quiet=True)
+
+
+@pytest.mark.parametrize("which,bug", [(w, b) for w, m in MODELS.items() for b in m.BUGS])
+def test_the_model_fails_when_the_scale_indexing_is_off(which, bug):
+    assert not MODELS[which].run_cases((bug,), cases=CASES, quiet=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", MODELS)
+def test_the_layouts_the_kernel_assumes_hold_at_trace_time(which):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    assert MODELS[which].check_layouts()
+
+
+@pytest.mark.slow
+def test_the_hopper_layout_check_can_fail(monkeypatch):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    wrong = HOPPER.ROW.clone()
+    wrong[5, 3] += 8                      # one register on the other row
+    monkeypatch.setattr(HOPPER, "ROW", wrong)
+    assert not HOPPER.check_layouts()
+
+
+def test_the_blackwell_layout_check_can_fail(monkeypatch):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    monkeypatch.setattr(BLACKWELL, "chunk_byte", lambda m, kb: 4 * m + kb)   # row-major words
+    assert not BLACKWELL.check_layouts()
