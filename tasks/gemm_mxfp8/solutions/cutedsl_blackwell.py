@@ -6,17 +6,18 @@ NEVER RUN ON A GPU (no B200 in this workplace): it builds for sm_100a, and its S
 (tcgen05.cp) and UTMALDG (tests/test_experts_static.py). Its scale handling has a CPU model
 (tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py). Correctness on hardware and speed are unmeasured.
 
-Design (the bf16 expert tasks/gemm/solutions/cutedsl_blackwell.py, block-scaled; one CTA per SM, persistent, 7 warps)
+Design (the bf16 expert tasks/gemm/solutions/cutedsl_blackwell.py, block-scaled; one CTA per SM, persistent, 10 warps)
   * warp 5, loader: TMA-loads A (128 x 128) and B (128 x 128) e4m3 per K step into a STAGES-deep ring (full
     mbarrier = TMA bytes, empty = tcgen05.commit). TMA zero-fills rows past M and N.
-  * warp 6, scale loader: the scale bytes of one K step are 4 per row (one UE8M0 byte per 32 elements), a 4-byte
+  * warps 6-9, scale loaders (K step g by warp 6 + g % 4): the scale bytes of one K step are 4 per row (one UE8M0 byte per 32 elements), a 4-byte
     word of SA's row (K/32 is a multiple of 4, so the word is aligned). The MMA wants them in shared memory in the
     tcgen05 scale-factor chunk (PTX ISA, tcgen05.mma "Matrix Descriptors ... scale factor" and CuTe's
     BlockScaledBasicChunk): 128 rows x 4 K blocks in 512 bytes, row m at byte 16 (m % 32) + 4 (m // 32), its K
     block k at + k. So lane l of the warp reads the words of rows l, l + 32, l + 64, l + 96 of the tile and stores
     them at words 4 l .. 4 l + 3 of the chunk, for SA and SB alike; then fence.proxy.async (the chunk is read by
     tcgen05.cp, the async proxy) and one arrive per lane on its own STAGES-deep ring (PipelineAsyncUmma: full = 32
-    arrives, empty = tcgen05.commit). A TMA box cannot do this copy (4 bytes per row, 16 is TMA's least). Rows past
+    arrives, empty = tcgen05.commit). One warp's step waits a global-memory round trip (an L2 hit is about as long
+    as a K step's four MMAs: not measured), so four warps take turns. A TMA box cannot do this copy (4 bytes per row, 16 is TMA's least). Rows past
     M or N read row M - 1 / N - 1: A and B are zero there and C is clipped, and a real byte is never 255 (NaN).
   * warp 4, MMA issuer: per K step, wait on both rings (same index and phase: both advance once per K step), then
     tcgen05.cp (.32x128b.warpx4) of the SFA and SFB chunks into this stage's own tensor-memory columns, then four
@@ -55,8 +56,9 @@ EPI_M, EPI_N = 128, 32
 EPI_STAGES = 4
 GROUP_M = 8
 EPI_WARPS = 4                   # warps 0..3 (warp w may touch TMEM lanes 32w..32w+31)
-MMA_WARP, LOAD_WARP, SCALE_WARP = 4, 5, 6
-THREADS = 32 * 7
+MMA_WARP, LOAD_WARP, SCALE_WARP0 = 4, 5, 6
+SCALE_WARPS = 4                 # warps 6..9: scale warp w fills the chunks of the K steps g with g % 4 == w
+THREADS = 32 * (SCALE_WARP0 + SCALE_WARPS)
 AB = cutlass.Float8E4M3FN
 SF = cutlass.Float8E8M0FNU
 ACC = cutlass.Float32
@@ -201,18 +203,25 @@ def _mxfp8_gemm_kernel(
                 put.advance()
         ring.producer_tail(put)
 
-    if warp_id == SCALE_WARP:
-        # ------------------------------------------------------------------ scale loader
+    if warp_id >= SCALE_WARP0:
+        # ------------------------------------------------------------------ scale loaders
+        # Every scale warp walks all K steps (its ring state follows each one) and fills those with
+        # g % SCALE_WARPS == its number: a warp's loads of one step wait a global-memory round trip, and four warps
+        # keep four steps' loads in flight.
+        mine = warp_id - SCALE_WARP0
         put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, STAGES)
+        g = cutlass.Int32(0)
         for t in cutlass.range(cta, n_work, n_cta, unroll=1):
             tm, tn = _tile_of(t, m_tiles, n_tiles)
             for kt in cutlass.range(k_tiles, unroll=1):
-                sf_ring.producer_acquire(put)
-                _scale_chunk(sa_words, M, tm, kt, sfa_words[(None, put.index)], lane)
-                _scale_chunk(sb_words, N, tn, kt, sfb_words[(None, put.index)], lane)
-                cute.arch.fence_proxy("async.shared", space="cta")   # generic-proxy stores -> tcgen05.cp
-                sf_ring.producer_commit(put)
+                if g % SCALE_WARPS == mine:
+                    sf_ring.producer_acquire(put)
+                    _scale_chunk(sa_words, M, tm, kt, sfa_words[(None, put.index)], lane)
+                    _scale_chunk(sb_words, N, tn, kt, sfb_words[(None, put.index)], lane)
+                    cute.arch.fence_proxy("async.shared", space="cta")   # generic-proxy stores -> tcgen05.cp
+                    sf_ring.producer_commit(put)
                 put.advance()
+                g += 1
         sf_ring.producer_tail(put)
 
     if warp_id == MMA_WARP:

@@ -15,8 +15,9 @@ tcgen05.cp .32x128b.warpx4 moves row by row into tensor memory). That is the add
 put row m, block kb at lane m % 32, column m // 32, byte kb: where tcgen05.cp puts that chunk byte, within the
 expert's 4 + 4 columns per stage.
 Part 2, CPU model (torch, fp32; bf16 rounding where the kernel rounds):
-  * the scale warp, per tile and K step kt: lane l, j < 4 reads the little-endian word kt of row
-    min(tile * 128 + l + 32 j, rows - 1) of SA (SB) and stores it at word 4 l + j of a 512-byte chunk;
+  * the scale warps, per tile and K step kt (the g-th step by warp 6 + g % 4, once): lane l, j < 4 reads the
+    little-endian word kt of row min(tile * 128 + l + 32 j, rows - 1) of SA (SB) and stores it at word 4 l + j of
+    a 512-byte chunk;
   * the MMA reads the scale of row m, K block kb at chunk byte 16 (m % 32) + 4 (m // 32) + kb (part 1's rule),
     and per K block of 32 adds (A_blk @ B_blk^T) * 2**(sa - 127) * 2**(sb - 127) into an fp32 accumulator
     (the tensor core's internal summation order and precision are NOT modelled);
