@@ -19,8 +19,8 @@ Design (the bf16 expert tasks/gemm/solutions/cutedsl_hopper.py with fp8 operands
     SB[tn, kb] on the CUDA cores. Promoting every 128-long partial sum into an fp32 accumulator is what the
     per-block scales need, and it also bounds the run of the tensor core's own fp8 accumulation, which keeps
     fewer bits than fp32 (DeepSeek-V3 report; DeepGEMM promotes at this interval).
-  * The scales are read with plain loads (a column of SA is 4 bytes wide: no TMA box), issued before the wait on
-    the slot so their latency hides behind it. A thread's accumulator registers cover two rows of the tile (PTX
+  * The scales are read with plain loads (a column of SA is 4 bytes wide: no TMA box), one K block ahead, so
+    their latency hides behind the previous block's wgmma. A thread's accumulator registers cover two rows of the tile (PTX
     ISA, wgmma register fragment of D: thread t, warp w = t // 32 of its warpgroup, lane l: rows 16 w + l // 4 and
     that + 8; register i is on the second row when (i // 2) is odd), so each thread loads two SA values and one SB
     value per K block. Rows past M read row M - 1 (A's rows there are zero and C's are clipped).
@@ -178,10 +178,18 @@ def _fp8_gemm_kernel(
             acc.fill(0.0)
             row0 = cutlass.min(tm * BM + row_in_tile, M - 1)      # rows past M: any real row (A is 0 there)
             row1 = cutlass.min(tm * BM + row_in_tile + 8, M - 1)
+            # K block kt's scales were loaded during block kt - 1 (a global load's latency is about one block's
+            # wgmma time: not measured); the last block loads its own again
+            sb = mSB[(tn, 0)]
+            sa0 = mSA[(row0, 0)]
+            sa1 = mSA[(row1, 0)]
             for kt in cutlass.range(k_tiles, unroll=1):
-                sb = mSB[(tn, kt)]
-                s0 = mSA[(row0, kt)] * sb
-                s1 = mSA[(row1, kt)] * sb
+                s0 = sa0 * sb
+                s1 = sa1 * sb
+                k_next = cutlass.min(kt + 1, k_tiles - 1)
+                sb = mSB[(tn, k_next)]
+                sa0 = mSA[(row0, k_next)]
+                sa1 = mSA[(row1, k_next)]
                 ring.consumer_wait(get)
                 warpgroup.fence()
                 mma.set(warpgroup.Field.ACCUMULATE, False)
