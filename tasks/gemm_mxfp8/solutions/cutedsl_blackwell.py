@@ -24,7 +24,8 @@ Design (the bf16 expert tasks/gemm/solutions/cutedsl_blackwell.py, block-scaled;
     tcgen05.mma kind::mxf8f6f4.block_scale 128x128x32 into a TMEM accumulator (double-buffered, 2 x 128 columns),
     then tcgen05.commit to both rings' empty barriers. Each ring stage has its own scale columns (256 + 8 s): the
     columns of stage s are rewritten only after the MMA warp waited for stage s's next fill, which needed the
-    empty barrier that the tcgen05.commit after the last MMAs reading those columns signals.
+    empty barrier that the tcgen05.commit after the last MMAs reading those columns signals (the PTX ISA's tcgen05
+    pipelines order tcgen05.cp -> tcgen05.mma in issue order, but not tcgen05.mma -> tcgen05.cp).
   * warps 0-3, epilogue (as the bf16 expert): tcgen05.ld 32 columns at a time -> bf16 -> swizzled smem -> TMA
     store (clipped at M and N) by warp 0; the TMEM buffer goes back to the MMA warp after the last piece.
   * tcgen05 ordering as arch_docs/b200/contracts.md: fence::after_thread_sync after each wait before tcgen05 work,
