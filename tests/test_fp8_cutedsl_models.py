@@ -76,3 +76,24 @@ def test_the_hopper_expert_on_the_gpu_matches_the_reference_and_its_model(shape)
         if shape["M"] * shape["N"] * shape["K"] < 1 << 24:
             model = HOPPER.model({k: v.cpu() for k, v in x.items()}, shape)
             assert "failure" not in compare_output("C", C.cpu(), model, **task.tolerance), kind
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which,name,wrong", [
+    ("hopper", "_on_second_row", lambda i: i % 2 == 1),               # every other register instead of pairs
+    ("hopper", "_first_row", lambda t: (t // 128 - 1) * 64 + (t % 128) // 4),   # rows by lane only
+    ("blackwell", "_chunk_word", lambda lane, j: lane + 32 * j),      # the word of row r at word r
+])
+def test_the_layout_check_reads_the_experts_own_index_rules(monkeypatch, which, name, wrong):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    import xlang.candidate
+
+    load = xlang.candidate.load_module
+
+    def load_tampered(path, module_name="x"):
+        expert = load(path, module_name)
+        setattr(expert, name, wrong)
+        return expert
+
+    monkeypatch.setattr(xlang.candidate, "load_module", load_tampered)
+    assert not MODELS[which].check_layouts()

@@ -65,6 +65,17 @@ def _tile_of(t, m_tiles, n_tiles):
     return first + r % rows, r // rows
 
 
+def _first_row(tidx):
+    """The first of consumer thread tidx's two tile rows (PTX ISA wgmma D fragment): 64 per consumer warpgroup
+    (warpgroups 1, 2), 16 per warp, lane // 4; its second row is 8 below."""
+    return (tidx // WG_THREADS - 1) * 64 + ((tidx // 32) % 4) * 16 + (tidx % 32) // 4
+
+
+def _on_second_row(i):
+    """Whether accumulator register i of a thread lies on its second row."""
+    return (i // 2) % 2 == 1
+
+
 @cute.kernel
 def _fp8_gemm_kernel(
     mma: cute.TiledMma,
@@ -148,9 +159,7 @@ def _fp8_gemm_kernel(
         part = cute.make_rmem_tensor(acc.shape, ACC)     # one K block's wgmma result, before its scales
         k_blocks = cute.size(fA, mode=[2])
         acc_len = cute.size(acc)
-        # This thread's two rows of the tile (PTX ISA wgmma D fragment): 64 per consumer warpgroup, 16 per warp.
-        lane = tidx % 32
-        row_in_tile = (wg - 1) * 64 + (warp_id % 4) * 16 + lane // 4
+        row_in_tile = _first_row(tidx)                     # and row_in_tile + 8
 
         # Epilogue plumbing: registers -> smem with stmatrix, smem -> gmem with TMA.
         r2s_atom = sm90_utils.get_smem_store_op(LayoutEnum.ROW_MAJOR, OUT, ACC)
@@ -200,12 +209,12 @@ def _fp8_gemm_kernel(
                 warpgroup.wait_group(0)
                 ring.consumer_release(get)
                 get.advance()
-                # promotion: register i lies on the thread's second row when (i // 2) is odd
+                # promotion: each register with its row's scale
                 for i in cutlass.range_constexpr(acc_len):
-                    if cutlass.const_expr((i // 2) % 2 == 0):
-                        acc[i] = acc[i] + part[i] * s0
-                    else:
+                    if cutlass.const_expr(_on_second_row(i)):
                         acc[i] = acc[i] + part[i] * s1
+                    else:
+                        acc[i] = acc[i] + part[i] * s0
 
             # epilogue: this tile in 128 x 32 pieces
             gC_pieces = cute.zipped_divide(gC[(None, None, tm, tn)], (EPI_M, EPI_N))

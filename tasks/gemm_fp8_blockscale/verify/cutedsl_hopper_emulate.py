@@ -7,8 +7,8 @@ THAT THE KERNEL RUNS: it has never run on a GPU.
 
 Part 1, layouts (trace time, nvidia-cutlass-dsl; the expert's own make_trivial_tiled_mma call):
   * accumulator register i of consumer thread t (warpgroup t // 128, warp w, lane l) lies on tile row
-    64 (t // 128) + 16 w + l // 4 + 8 ((i // 2) % 2): the two rows the kernel loads SA for, and the register
-    -> row rule of its promotion loop;
+    64 (t // 128) + 16 w + l // 4 + 8 ((i // 2) % 2), and the expert's own _first_row / _on_second_row (the rows
+    it loads SA for, the register -> row rule of its promotion loop) give exactly those rows;
   * the persistent walk (_tile_of over cta, cta + n_cta, ...) visits every output tile exactly once.
 Part 2, CPU model (torch, fp32; bf16 rounding where the kernel rounds):
   * TMA boxes of A and B (128 x 128 fp8) zero-filled past M and N; per K block kt the wgmma result `part` of the
@@ -87,6 +87,14 @@ def check_layouts():
                     failures.append(f"thread {t} register {i}: tile {tuple(coords[i])}, the kernel assumes {want}")
 
     cute.compile(_check, options="--gpu-arch sm_90a")
+    # the expert's own row rules (its _first_row / _on_second_row) against the fragment rule checked above
+    for t in range(CONSUMER_THREADS):
+        first = expert._first_row(t + 128)
+        for i in range(REGS):
+            want = int(ROW[t, i])
+            if first + (8 if expert._on_second_row(i) else 0) != want:
+                failures.append(f"thread {t + 128} register {i}: the expert scales it with row "
+                                f"{first + (8 if expert._on_second_row(i) else 0)}, the fragment has row {want}")
     for m_tiles, n_tiles, n_cta in ((1, 1, 132), (33, 5, 132), (9, 17, 7), (8, 3, 24)):
         seen = sorted(tile_of(t, m_tiles, n_tiles) for c in range(n_cta) for t in range(c, m_tiles * n_tiles, n_cta))
         if seen != [(m, n) for m in range(m_tiles) for n in range(n_tiles)]:

@@ -88,14 +88,24 @@ def _tile_of(t, m_tiles, n_tiles):
     return first + r % rows, r // rows
 
 
+def _chunk_row(lane, j):
+    """The tile row whose scale word lane `lane` copies as its j-th (j < 4)."""
+    return lane + 32 * j
+
+
+def _chunk_word(lane, j):
+    """Where in the chunk (in words) that row's word goes: row m at byte 16 (m % 32) + 4 (m // 32)."""
+    return 4 * lane + j
+
+
 @cute.jit
 def _scale_chunk(words_in: cute.Tensor, rows: cutlass.Int32, tile: cutlass.Int32, kt: cutlass.Int32,
                  chunk: cute.Tensor, lane: cutlass.Int32):
     """Lane `lane`'s part of one 128-row scale chunk: the K step's word of rows lane + 32 j (j < 4) of the tile,
     into words 4 lane + j of the chunk. Rows past the end read the last row."""
     for j in cutlass.range_constexpr(4):
-        row = cutlass.min(tile * 128 + lane + 32 * j, rows - 1)
-        chunk[4 * lane + j] = words_in[(row, kt)]
+        row = cutlass.min(tile * 128 + _chunk_row(lane, j), rows - 1)
+        chunk[_chunk_word(lane, j)] = words_in[(row, kt)]
 
 
 @cute.kernel

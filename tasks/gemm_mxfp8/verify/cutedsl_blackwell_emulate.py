@@ -11,7 +11,7 @@ make_smem_layout_sfa / sfb calls): stage s of the SFA and SFB shared-memory layo
 K block kb (32 elements each) at byte 512 s + 16 (m % 32) + 4 (m // 32) + kb, the same as CuTe's
 BlockScaledBasicChunk tiled to 128 x 128 (the PTX ISA's scale-factor layout for tcgen05.mma .scale_vec::1X, which
 tcgen05.cp .32x128b.warpx4 moves row by row into tensor memory). That is the address the scale warp's
-`chunk[4 lane + j]` word store hits for row lane + 32 j. CUTLASS's tensor-memory layouts (make_tmem_layout_sfa / sfb)
+`chunk[4 lane + j]` word store hits for row lane + 32 j (the expert's _chunk_word / _chunk_row). CUTLASS's tensor-memory layouts (make_tmem_layout_sfa / sfb)
 put row m, block kb at lane m % 32, column m // 32, byte kb: where tcgen05.cp puts that chunk byte, within the
 expert's 4 + 4 columns per stage.
 Part 2, CPU model (torch, fp32; bf16 rounding where the kernel rounds):
@@ -108,6 +108,10 @@ def check_layouts():
                 failures.append(f"{name}: {cute.cosize(cute.filter_zeros(lay))} bytes, not {CHUNK} per stage")
 
     cute.compile(_check, options="--gpu-arch sm_100a")
+    # the expert's own copy rule (its _chunk_row / _chunk_word): every row once, at the byte the layouts give
+    placed = sorted((expert._chunk_row(lane, j), 4 * expert._chunk_word(lane, j)) for lane in range(32) for j in range(4))
+    if placed != [(m, chunk_byte(m, 0)) for m in range(BM)]:
+        failures.append("the scale warp's words do not land where the chunk layout puts their rows")
     for name, rows, cols in (("SFA", BM, expert.SFA_COLS), ("SFB", BN, expert.SFB_COLS)):
         if 4 * ((rows - 1) // 32) + 3 >= 4 * cols:   # the last row's last byte (column rows // 32 - 1, byte 3)
             failures.append(f"{name}: more tensor-memory columns than the {cols} the expert reserves")
