@@ -20,10 +20,11 @@ Design (the bf16 expert tasks/gemm/solutions/cutedsl_hopper.py with fp8 operands
     per-block scales need, and it also bounds the run of the tensor core's own fp8 accumulation, which keeps
     fewer bits than fp32 (DeepSeek-V3 report; DeepGEMM promotes at this interval).
   * The scales are read with plain loads (a column of SA is 4 bytes wide: no TMA box), one K block ahead, so
-    their latency hides behind the previous block's wgmma. A thread's accumulator registers cover two rows of the tile (PTX
-    ISA, wgmma register fragment of D: thread t, warp w = t // 32 of its warpgroup, lane l: rows 16 w + l // 4 and
-    that + 8; register i is on the second row when (i // 2) is odd), so each thread loads two SA values and one SB
-    value per K block. Rows past M read row M - 1 (A's rows there are zero and C's are clipped).
+    their latency hides behind the previous block's wgmma. A thread's accumulator registers cover two rows of the
+    tile (PTX ISA, wgmma register fragment of D: thread t, warp w = t // 32 of its warpgroup, lane l: rows
+    16 w + l // 4 and that + 8; register i is on the second row when (i // 2) is odd: _first_row, _on_second_row),
+    so each thread loads two SA values and one SB value per K block. Rows past M read row M - 1 (A's rows there are
+    zero and C's are clipped).
   * Epilogue as the bf16 expert: registers -> bf16 -> stmatrix into swizzled shared memory in 128 x 32 pieces, one
     warp TMA-stores each piece; the TMA store clips at M and N.
 Not done (unmeasured either way): a second partial accumulator so the next K block's wgmma runs during the
