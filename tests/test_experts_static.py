@@ -79,6 +79,12 @@ CASES = [
     ("gemm_fp8_blockscale", "cuda_ptx", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg"}),
     ("gemm_mxfp8", "triton", "b200", None, {"tcgen05_block_scale", "tma", "tmem"}),
     ("gemm_mxfp8", "triton", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tma"}),
+    # CuTe DSL fp8 experts (issue 34): never run on a GPU; CPU models in tasks/<task>/verify/ (test_fp8_cutedsl_models.py).
+    ("gemm_fp8_blockscale", "cutedsl", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg", "stmatrix"}),
+    ("gemm_fp8_blockscale", "cutedsl", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
+    ("gemm_mxfp8", "cutedsl", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
+                                             "tmem_alloc"}),
+    ("gemm_mxfp8", "cutedsl", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
 ]
 
 

@@ -1,6 +1,7 @@
 """The gemm_fp8_blockscale experts on CPU (issue 34): the Triton expert computes the task under Triton's interpreter
-(TRITON_INTERPRET=1, in a child process); the Triton (h100, b200) and cuda_ptx (h100) static builds reach the fp8
-families and not their neighbours. None of them has run on a GPU (the cuda_ptx one has no CPU check of its results)."""
+(TRITON_INTERPRET=1, in a child process); the Triton (h100, b200), cuda_ptx and cutedsl (h100) static builds reach
+the fp8 families and not their neighbours. None of them has run on a GPU (the cuda_ptx one has no CPU check of its
+results; the cutedsl one has a CPU model of its scale handling, tests/test_fp8_cutedsl_models.py)."""
 
 import os
 import shutil
@@ -70,9 +71,13 @@ def test_the_triton_expert_computes_the_task_under_the_interpreter(tmp_path):
     ("triton", "h100", ("wgmma_fp8", "tma"), ("wgmma",)),
     ("triton", "b200", ("tcgen05_f8f6f4", "tma", "tmem"), ("tcgen05_mma", "tcgen05_block_scale")),
     ("cuda_ptx", "h100", ("wgmma_fp8", "tma", "mbarrier"), ("wgmma",)),
+    ("cutedsl", "h100", ("wgmma_fp8", "tma", "mbarrier"), ("wgmma",)),
 ])
 def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_name, present, absent, tmp_path):
     from xlang.backend import get_backend
+
+    if lang == "cutedsl":
+        pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
 
     arch = get_arch(arch_name)
     solution = TASK.solution(lang, arch.generation, get_backend(lang).suffix)

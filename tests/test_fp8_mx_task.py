@@ -107,3 +107,17 @@ def test_the_blackwell_triton_expert_is_block_scaled_in_its_sass(tmp_path):
     fam = result.census.families
     assert fam["tcgen05_block_scale"] > 0 and fam["tcgen05_f8f6f4"] == 0 and fam["tcgen05_mma"] == 0
     assert result.census.ptx["tcgen05_block_scale"] > 0 and result.census.ptx["tcgen05_f8f6f4"] == 0
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
+def test_the_blackwell_cutedsl_expert_is_block_scaled_and_copies_its_scales_with_tcgen05_cp(tmp_path):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    arch = get_arch("b200")
+    solution = TASK.solution("cutedsl", arch.generation, ".py")
+    assert solution.path.name == "cutedsl_blackwell.py"
+    result = build_candidate(solution.text, "cutedsl", TASK, arch, TASK.shape(), workdir=tmp_path)
+    assert result.ok and result.census.ok, result.error
+    fam = result.census.families
+    assert fam["tcgen05_block_scale"] > 0 and fam["tcgen05_cp"] > 0
+    assert fam["tcgen05_f8f6f4"] == 0 and fam["tcgen05_mma"] == 0
+    assert result.census.ptx["tcgen05_block_scale"] > 0 and result.census.ptx["tcgen05_cp"] > 0
