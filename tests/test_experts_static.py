@@ -66,6 +66,9 @@ CASES = [
     ("gemm_fp8_blockscale", "cuda_ptx", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg"}),
     ("gemm_mxfp8", "triton", "b200", None, {"tcgen05_block_scale", "tma", "tmem"}),
     ("gemm_mxfp8", "triton", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tma"}),
+    # NVFP4 GEMM (issue 34): never run on a GPU; its CPU model is tasks/gemm_nvfp4/verify/triton_blackwell_emulate.py.
+    ("gemm_nvfp4", "triton", "b200", None, {"tcgen05_block_scale", "tma", "tmem"}),
+    ("gemm_nvfp4", "triton", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tma"}),
 ]
 
 

@@ -1,0 +1,211 @@
+"""gemm_nvfp4 (issue 34) on CPU: NVFP4 (e2m1 packed two per byte, one e4m3 scale per 16 elements) against a slow
+per-block dequantise-then-matmul that decodes the codes bit by bit, scales drawn per block over many powers of two,
+an honest block-scaled kernel passing the tolerance and wrong ones (scales ignored, averaged, misplaced, read as UE8M0,
+A's nibbles swapped) failing it (the judge's compare_output); the Blackwell Triton expert's census (kind::mxf4nvf4,
+SASS UTCOMMA.4X, from a build and from a fixture of one) and its CPU model (the expert's own kernel under Triton's
+interpreter, with mutations of its scale indexing that must fail). Nothing of this task has run on a GPU."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from xlang import census  # noqa: E402
+from xlang.archs import get_arch  # noqa: E402
+from xlang.backend import build_candidate  # noqa: E402
+from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.task import get_task  # noqa: E402
+from tasks.gemm_nvfp4 import unpack_e2m1  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "census" / "gemm_nvfp4_triton.sm_100a.sass"
+MODEL = ROOT / "tasks" / "gemm_nvfp4" / "verify" / "triton_blackwell_emulate.py"
+TASK = get_task("gemm_nvfp4")
+SHAPES = ({"M": 77, "N": 208, "K": 512}, {"M": 130, "N": 144, "K": 384}, {"M": 5, "N": 1040, "K": 256})
+
+
+def _decode(byte_tensor):
+    """Bit by bit, independent of the task's table: sign bit 3, exponent bits 2-1, mantissa bit 0; exponent 0 is
+    subnormal (m * 0.5), else 2**(e - 1) * (1 + m / 2). Element 2j from byte j's low nibble."""
+    out = []
+    for code in torch.stack((byte_tensor & 15, byte_tensor >> 4), -1).flatten(-2).flatten().tolist():
+        s, e, m = code >> 3, (code >> 1) & 3, code & 1
+        v = m * 0.5 if e == 0 else 2.0 ** (e - 1) * (1 + m / 2)
+        out.append(-v if s else v)
+    return torch.tensor(out, dtype=torch.float64).view(byte_tensor.shape[0], -1)
+
+
+def _partials(x):
+    """Per 16-block fp32 partial sums [K/16, M, N] of the e2m1 products."""
+    A, B = unpack_e2m1(x["A"]), unpack_e2m1(x["B"])
+    M, K = A.shape
+    return A.view(M, K // 16, 16).transpose(0, 1) @ B.view(B.shape[0], K // 16, 16).transpose(0, 1).transpose(1, 2)
+
+
+def honest(x):
+    """What the block-scaled MMA computes: each 16-block's products times sa * sb, fp32 sums."""
+    scale = x["SA"].float().t()[:, :, None] * x["SB"].float().t()[:, None, :]
+    return (_partials(x) * scale).sum(0).to(torch.bfloat16)
+
+
+def _swap_nibbles(packed):
+    return (packed >> 4) | ((packed & 15) << 4)
+
+
+def _as_ue8m0(scales):
+    return (scales.view(torch.uint8).float() - 127).exp2()
+
+
+WRONG = {
+    "ignores_scales": lambda x: _partials(x).sum(0).to(torch.bfloat16),
+    "one_mean_scale_per_row": lambda x: (_partials(x).sum(0) * x["SA"].float().mean(1, keepdim=True)
+                                         * x["SB"].float().mean(1, keepdim=True).t()).to(torch.bfloat16),
+    "scales_shifted_by_one_block": lambda x: honest({**x, "SA": x["SA"].view(torch.uint8).roll(1, 1)
+                                                     .view(torch.float8_e4m3fn)}),
+    "scale_bytes_read_as_ue8m0": lambda x: honest({**x, "SA": _as_ue8m0(x["SA"]), "SB": _as_ue8m0(x["SB"])}),
+    "a_nibbles_swapped": lambda x: honest({**x, "A": _swap_nibbles(x["A"])}),
+}
+
+
+def _ratio(got, want):
+    tol = TASK.tolerance
+    return float(((got.float() - want).abs() / (tol["atol"] + tol["rtol"] * want.abs())).max())
+
+
+def test_reference_is_a_per_block_dequantise_then_matmul():
+    shape = {"M": 19, "N": 48, "K": 256}
+    x = TASK.make_inputs(shape, 3, "cpu")
+    A, B = _decode(x["A"]), _decode(x["B"])
+    slow = torch.zeros(19, 48, dtype=torch.float64)
+    for kb in range(256 // 16):
+        k = slice(16 * kb, 16 * (kb + 1))
+        slow += (A[:, k] * x["SA"][:, kb].double()[:, None]) @ (B[:, k] * x["SB"][:, kb].double()[:, None]).t()
+    got = TASK.reference(x, shape)["C"]
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.double(), slow, rtol=1e-5, atol=1e-5 * float(slow.abs().max()))
+
+
+@pytest.mark.parametrize("kind", TASK.input_kinds)
+def test_scales_vary_per_block_and_values_use_the_whole_range(kind):
+    x = TASK.make_inputs({"M": 64, "N": 96, "K": 512}, 1, "cpu", kind)
+    assert x["A"].dtype == x["B"].dtype == torch.uint8 and x["A"].shape == (64, 256) and x["B"].shape == (96, 256)
+    assert x["SA"].dtype == x["SB"].dtype == torch.float8_e4m3fn and x["SA"].shape == (64, 32)
+    for s in (x["SA"].float(), x["SB"].float()):
+        assert float(s.min()) > 0 and float(s.max() / s.min()) >= 2 ** 10  # positive, over 2**10 and more
+        assert (s.max(1).values > s.min(1).values).all()  # every row's blocks differ
+        assert (s.log2() != s.log2().round()).float().mean() > 0.5  # mostly not powers of two: mantissas matter
+    for packed in (x["A"], x["B"]):
+        codes = torch.stack((packed & 15, packed >> 4), -1)
+        assert set(codes.flatten().tolist()) == set(range(16))  # every e2m1 code, both signs
+        top = unpack_e2m1(packed).abs().view(packed.shape[0], -1, 16).amax(2)
+        assert float(top.min()) >= 4.0 and float((top == 6).float().mean()) > 0.5  # blocks reach the top codes
+
+
+def test_inputs_are_seeded():
+    shape = {"M": 9, "N": 32, "K": 128}
+    one, again, other = (TASK.make_inputs(shape, s, "cpu") for s in (4, 4, 5))
+    assert all(torch.equal(one[k].view(torch.uint8), again[k].view(torch.uint8)) for k in one)
+    assert not torch.equal(one["A"], other["A"])
+
+
+@pytest.mark.parametrize("kind", TASK.input_kinds)
+def test_honest_passes_and_wrong_kernels_fail(kind):
+    for shape in SHAPES:
+        x = TASK.make_inputs(shape, 11, "cpu", kind)
+        want = TASK.reference(x, shape)["C"]
+        tol = TASK.tolerance
+        assert "failure" not in compare_output("C", honest(x), want, tol["atol"], tol["rtol"])
+        assert _ratio(honest(x), want) < 0.5  # measured 0.389 at most (the task's tolerance comment)
+        for name, wrong in WRONG.items():
+            assert "failure" in compare_output("C", wrong(x), want, tol["atol"], tol["rtol"]), (name, kind, shape)
+
+
+def test_nibbles_swapped_in_both_operands_is_the_same_product():
+    # A kernel that reads both operands' nibbles the other way round pairs a(2j+1) with b(2j+1) as before: inside one
+    # scale block the sum does not change, so the check neither can nor needs to tell; one operand alone fails above.
+    x = TASK.make_inputs({"M": 33, "N": 48, "K": 256}, 2, "cpu")
+    both = honest({**x, "A": _swap_nibbles(x["A"]), "B": _swap_nibbles(x["B"])})
+    assert _ratio(both, TASK.reference(x, {"M": 33, "N": 48, "K": 256})["C"]) < 0.5
+
+
+def test_contract_and_required_families():
+    c = TASK.contract
+    assert {t.name: t.dims({"M": 3, "N": 16, "K": 256}) for t in c.tensors} == {
+        "A": (3, 128), "SA": (3, 16), "B": (16, 128), "SB": (16, 16), "C": (3, 16)}
+    assert "const uint8_t* A" in c.c_signature() and "const __nv_fp8_e4m3* SA" in c.c_signature()
+    assert TASK.required_for(get_arch("b200")) == ("tcgen05_block_scale", "tma")
+    assert TASK.required_for(get_arch("h100")) == ("wgmma", "tma")  # no fp4 MMA: dequantise, bf16 wgmma
+    assert "fallback" in TASK.baseline_name and "not a vendor" in TASK.baseline_name
+    assert "low nibble" in c.rules and "16 consecutive elements" in c.rules
+
+
+def test_the_fixture_of_the_experts_sass_is_block_scaled_and_nothing_else():
+    # tests/fixtures/census/gemm_nvfp4_triton.sm_100a.sass: the header and the UTC* / UTMA* / LDTM / STTM lines of
+    # `cuobjdump -sass` (triton's cuobjdump, CUDA 12.8) of the expert's build for b200 with Triton 3.6, 2026-12-02.
+    text = FIXTURE.read_text()
+    names = get_arch("b200").families
+    operands = census.parse_operands(text, names)
+    (counts,) = [census.classify(ops, names, operands.get(fn)) for fn, ops in census.parse_sass(text).items()]
+    assert counts["tcgen05_block_scale"] == 4 and counts["tcgen05_f8f6f4"] == counts["tcgen05_mma"] == 0
+    assert counts["tma"] > 0 and counts["tcgen05_cp"] == 0  # Triton moves the scales with tcgen05.st (STTM)
+    mmas = [ln.split()[1] for ln in text.splitlines() if "MMA" in ln]
+    assert mmas == ["UTCOMMA.4X"] * 4
+
+
+def test_the_model_of_the_expert_is_the_expert_under_the_interpreter():
+    # The mutations must still apply to the expert's text (else the model would test nothing).
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(MODEL.parent))
+    try:
+        import triton_blackwell_emulate as model
+    finally:
+        sys.path.remove(str(MODEL.parent))
+    for name in model.MUTATIONS:
+        assert model.mutated(name) != model.EXPERT.read_text(), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutation", [None, "scale_step_per_32", "scale_row_stride_per_32", "first_step_scales_only",
+                                      "b_scales_by_rows_of_a"])
+def test_the_cpu_model_passes_the_expert_and_fails_its_mutations(mutation):
+    pytest.importorskip("triton")
+    args = [sys.executable, str(MODEL)] + ([mutation] if mutation else [])
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 3 * len(TASK.input_kinds), lines  # 3 shapes x the kinds
+    if mutation is None:
+        assert all(ln.startswith("PASS") for ln in lines), lines
+    else:
+        assert sum(ln.startswith("FAIL") for ln in lines) >= 4, lines  # every kind, the shapes of several K steps
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
+def test_the_blackwell_triton_expert_builds_to_mxf4nvf4(tmp_path):
+    arch = get_arch("b200")
+    solution = TASK.solution("triton", arch.generation, ".py")
+    assert solution.path.name == "triton_blackwell.py"
+    result = build_candidate(solution.text, "triton", TASK, arch, TASK.shape(), workdir=tmp_path)
+    assert result.ok and result.census.ok, result.error
+    fam = result.census.families
+    assert fam["tcgen05_block_scale"] > 0 and fam["tcgen05_f8f6f4"] == 0 and fam["tcgen05_mma"] == 0
+    assert result.census.ptx["tcgen05_block_scale"] > 0
+    ptx = "".join(p.read_text() for p in Path(result.workdir).glob("*.ptx"))
+    assert "kind::mxf4nvf4.block_scale.scale_vec::4X" in ptx
+
+
+def test_xlang_tasks_lists_it_and_xlang_build_builds_the_expert(xlang):
+    code, out, _ = xlang("tasks")
+    assert code == 0 and "gemm_nvfp4" in out
+    if shutil.which("nvcc") is None:
+        pytest.skip("needs the CUDA toolkit for the build")
+    expert = ROOT / "tasks" / "gemm_nvfp4" / "solutions" / "triton_blackwell.py"
+    code, out, err = xlang("build", expert, "--lang", "triton", "--task", "gemm_nvfp4", "--arch", "b200")
+    assert code == 0, out + err
+    assert "tcgen05_block_scale" in out and "required families (*) present" in out
