@@ -7,7 +7,8 @@ tl.dot_scaled supplied here as Triton documents it for these operands:
   * lhs [BM, BK/2] and rhs [BK/2, BN] u8 "e2m1", packed along K, "first element in lower bits" (core.dot_scaled's
     docstring): element 2j of a row of A is byte j's low nibble;
   * e4m3 scales (fp8e4nv) mean one scale per 16 elements of K (semantic.verify_scaled_shape: [M, K // 16], the rhs
-    scale [N, K // 16], not transposed);
+    scale [N, K // 16], not transposed); uint8 scales are UE8M0 bytes, one per 32 (MX; tests/kernels/hostile/
+    nvfp4_scales_as_mx.py uses them);
   * acc + (a * sa) @ (b * sb) in fp32 (products of an e2m1 value and an e4m3 scale are exact in fp32; the sum here
     is numpy's fp32 matmul, the hardware's order inside one MMA is not modelled).
 
@@ -54,10 +55,14 @@ _E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5
 _E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float().numpy()  # bit pattern -> value
 
 
-def _fp8_values(handle):
-    # The interpreter keeps fp8 data as its bit patterns (uint8) or as a float view; both become values.
+def _scale_values(handle):
+    """(values, elements per scale): e4m3 scales (fp8e4nv) one per 16, UE8M0 bytes (uint8, 2**(byte - 127)) one per
+    32, as semantic.verify_scaled_shape reads them. The interpreter keeps fp8 data as its bit patterns."""
     data = np.asarray(handle.data)
-    return _E4M3[data.view(np.uint8)] if data.dtype.itemsize == 1 else data.astype(np.float32)
+    if handle.dtype == tl.uint8:
+        return np.exp2(data.astype(np.float32) - 127), 32
+    assert handle.dtype == tl.float8e4nv, handle.dtype
+    return (_E4M3[data.view(np.uint8)] if data.dtype.itemsize == 1 else data.astype(np.float32)), 16
 
 
 def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, fast_math, lhs_k_pack,
@@ -67,10 +72,10 @@ def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_for
     a_bytes, b_bytes = np.asarray(lhs.data), np.asarray(rhs.data)  # [BM, BK/2], [BK/2, BN]
     a = _E2M1[np.stack((a_bytes & 15, a_bytes >> 4), axis=-1).reshape(a_bytes.shape[0], -1)]  # [BM, BK]
     b = _E2M1[np.stack((b_bytes & 15, b_bytes >> 4), axis=1).reshape(-1, b_bytes.shape[1])]  # [BK, BN]
-    sa, sb = _fp8_values(lhs_scale), _fp8_values(rhs_scale)  # [BM, BK/16], [BN, BK/16]
-    assert sa.shape == (a.shape[0], a.shape[1] // 16) and sb.shape == (b.shape[1], b.shape[0] // 16)
-    a = a * np.repeat(sa, 16, axis=1)
-    b = b * np.repeat(sb, 16, axis=1).T
+    (sa, group_a), (sb, group_b) = _scale_values(lhs_scale), _scale_values(rhs_scale)  # [BM, BK/16], [BN, BK/16]
+    assert sa.shape == (a.shape[0], a.shape[1] // group_a) and sb.shape == (b.shape[1], b.shape[0] // group_b)
+    a = a * np.repeat(sa, group_a, axis=1)
+    b = b * np.repeat(sb, group_b, axis=1).T
     return interpreter.TensorHandle(np.asarray(acc.data) + np.matmul(a, b, dtype=np.float32), tl.float32)
 
 
