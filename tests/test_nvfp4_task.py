@@ -133,6 +133,14 @@ def test_nibbles_swapped_in_both_operands_is_the_same_product():
     assert _ratio(both, TASK.reference(x, {"M": 33, "N": 48, "K": 256})["C"]) < 0.5
 
 
+def test_the_fallback_baselines_bf16_operands_are_exact():
+    # Every e2m1 magnitude times every finite positive e4m3 scale is a bf16 value: the fallback loses nothing.
+    values = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6.0])
+    scales = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    products = (values[:, None] * scales[torch.isfinite(scales) & (scales > 0)][None, :]).flatten()
+    assert torch.equal(products.to(torch.bfloat16).float(), products)
+
+
 def test_contract_and_required_families():
     c = TASK.contract
     assert {t.name: t.dims({"M": 3, "N": 16, "K": 256}) for t in c.tensors} == {

@@ -18,6 +18,8 @@ expert and no Hopper claim. No GPU of either kind has run this task: static (cen
 
 from xlang.task import Contract, Task, TensorArg
 
+from ..gemm_mxfp8 import draw_shape  # the same shape space: tails in M and N, K a multiple of 128, N of 16
+
 BLOCK = 16  # elements per NVFP4 scale block
 E2M1_MAX = 6.0
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # magnitude of codes 0..7; bit 3 of a code is the sign
@@ -115,8 +117,8 @@ def make_inputs(shape, seed, device, kind="normal"):
 
 def baseline(inputs, shape):
     """A FALLBACK, not a vendor NVFP4 GEMM: the operands dequantised to bf16 (exact: an e2m1 value times an e4m3 scale
-    has at most 5 significant bits and stays in bf16's range), then cuBLAS's bf16 GEMM (torch.matmul), the
-    dequantisation inside the timed call. The vendor path (torch.nn.functional.scaled_mm with float4_e2m1fn_x2
+    has at most 6 significant bits and stays in bf16's range; tests/test_nvfp4_task.py checks every pair), then
+    cuBLAS's bf16 GEMM (torch.matmul), the dequantisation inside the timed call. The vendor path (torch.nn.functional.scaled_mm with float4_e2m1fn_x2
     operands, ScalingType.BlockWise1x16 and the scales in SwizzleType.SWIZZLE_32_4_4, cuBLASLt's VEC16_UE4M3) is
     Blackwell-only and not wired here; nothing of this has run on a GPU."""
     import torch
@@ -138,31 +140,6 @@ def check_shape(shape):
         raise ValueError("K must be a multiple of 128 (whole 16-element scale blocks, two 64-wide MMA steps)")
     if N % 16:
         raise ValueError("N must be a multiple of 16 (16-byte aligned rows of C)")
-
-
-MAX_SIZE = 3000
-MAX_MACS = 1 << 31
-
-
-def _tail16(x):
-    x = max(16, x - x % 16)
-    return x - 16 if x % 128 == 0 else x
-
-
-def draw_shape(rng, shape, fixed):
-    """One shape from the contract's space (tails in M and N, K a multiple of 128); sizes in `fixed` kept."""
-    m = rng.randint(1, 64) if rng.random() < 0.25 else rng.randint(65, MAX_SIZE)
-    n = _tail16(rng.randint(16, 128) if rng.random() < 0.2 else rng.randint(129, MAX_SIZE))
-    out = {"M": m, "N": n, "K": 128 * rng.randint(1, MAX_SIZE // 128)}
-    out.update({k: shape[k] for k in fixed})
-    free = [k for k in ("M", "N", "K") if k not in fixed]
-    while out["M"] * out["N"] * out["K"] > MAX_MACS:
-        big = [k for k in free if out[k] > {"M": 1, "N": 16, "K": 128}[k]]
-        if not big:
-            break
-        k = max(big, key=lambda k: out[k])
-        out[k] = max(1, out[k] // 2) if k == "M" else _tail16(out[k] // 2) if k == "N" else max(128, out[k] // 256 * 128)
-    return out
 
 
 TASK = Task(
@@ -190,7 +167,7 @@ TASK = Task(
         ),
     ),
     default_shape={"M": 4096, "N": 4096, "K": 7168},
-    # Measured on CPU (2026-12-02, the helpers of tests/test_nvfp4_task.py: 4 shapes up to K = 4096 x 2 seeds x 2 kinds):
+    # Measured on CPU (2026-12-02, the helpers of tests/test_nvfp4_task.py; 4 shapes up to K = 4096, 2 seeds, 2 kinds):
     # the honest emulation (per-16-block fp32 partials times sa * sb, summed in fp32, rounded to bf16) reaches 0.389 of
     # this tolerance at worst (bf16's own rounding: 2**-8 relative against rtol 1e-2); the fp32 reference against an
     # fp64 dequantise-matmul 0.054 of it. The wrong kernels exceed it: A's nibbles swapped 18x, scales ignored 99x,

@@ -17,7 +17,8 @@ tcgen05.mma kind::mxf4nvf4.block_scale.scale_vec::4X reads, the shared-memory sw
 Triton's, checked only by building (the census) and by running on a B200, which has never happened here.
 
 Mutations (`MUTATIONS`): copies of the expert with its scale indexing deliberately off; each must fail the task's
-comparison in every input kind (`as_expected`), so the model can tell. Outputs start as NaN: every element must be written.
+comparison in every input kind (`as_expected`), so the model can tell. Outputs start as NaN: every element must be
+written.
 
     python3 tasks/gemm_nvfp4/verify/triton_blackwell_emulate.py [MUTATION]   # exit status 0: every case as expected
 """
