@@ -6,6 +6,7 @@ SASS UTCOMMA.4X, from a build and from a fixture of one) and its CPU model (the 
 interpreter, with mutations of its scale indexing that must fail). Nothing of this task has run on a GPU."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,15 @@ def test_the_blackwell_triton_expert_builds_to_mxf4nvf4(tmp_path):
     assert result.census.ptx["tcgen05_block_scale"] > 0
     ptx = "".join(p.read_text() for p in Path(result.workdir).glob("*.ptx"))
     assert "kind::mxf4nvf4.block_scale.scale_vec::4X" in ptx
+    # The instruction descriptors Triton hands the MMA, decoded by the PTX ISA's table for .kind::mxf4 and
+    # .kind::mxf4nvf4 (#tcgen05-instruction-descriptor): A and B E2M1 (1 at bits 7-9 and 10-11), the scale type
+    # UE4M3 (0 at bit 23; UE8M0 would be 1), N >> 3 at bits 17-22, M >> 7 at bits 27-28.
+    registers = set(re.findall(r"kind::mxf4nvf4\S* \[[^\]]*\], %rd\d+, %rd\d+, (%r\d+)", ptx))
+    descriptors = {int(v) for r in registers for v in re.findall(rf"mov\.b32\s+{re.escape(r)}, (\d+);", ptx)}
+    assert registers and descriptors, "no instruction descriptor found"
+    for d in descriptors:
+        fields = ((d >> 7) & 7, (d >> 10) & 3, (d >> 23) & 1, ((d >> 17) & 63) << 3, ((d >> 27) & 3) << 7)
+        assert fields == (1, 1, 0, 128, 128), hex(d)
 
 
 def test_xlang_tasks_lists_it_and_xlang_build_builds_the_expert(xlang):

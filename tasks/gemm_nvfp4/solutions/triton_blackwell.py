@@ -7,7 +7,8 @@
 * Per 128-wide K step, `tl.dot_scaled(a, sa, "e2m1", b.T, sb, "e2m1", acc)` with fp8e4nv scales: Triton 3.6 takes
   e4m3 scales as one per 16 elements and lowers it on sm_100a to tcgen05.mma kind::mxf4nvf4.block_scale.scale_vec::4X
   (SASS UTCOMMA.4X with the scale factors' tensor-memory operand: the census family tcgen05_block_scale; Triton moves
-  the scales into tensor memory with tcgen05.st, not tcgen05.cp).
+  the scales into tensor memory with tcgen05.st, not tcgen05.cp). Its instruction descriptor (a PTX constant) says
+  E2M1 x E2M1 with UE4M3 scales, M = N = 128 (decoded by tests/test_nvfp4_task.py).
 Never run on a GPU (no B200 in this workplace): static build and census only.
 """
 
