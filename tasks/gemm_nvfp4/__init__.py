@@ -167,11 +167,11 @@ TASK = Task(
         ),
     ),
     default_shape={"M": 4096, "N": 4096, "K": 7168},
-    # Measured on CPU (2026-12-02, the helpers of tests/test_nvfp4_task.py; 4 shapes up to K = 4096, 2 seeds, 2 kinds):
-    # the honest emulation (per-16-block fp32 partials times sa * sb, summed in fp32, rounded to bf16) reaches 0.389 of
-    # this tolerance at worst (bf16's own rounding: 2**-8 relative against rtol 1e-2); the fp32 reference against an
-    # fp64 dequantise-matmul 0.054 of it. The wrong kernels exceed it: A's nibbles swapped 18x, scales ignored 99x,
-    # read as UE8M0 exponent bytes 100x, one mean scale per row 160x, shifted by one block 207x.
+    # Measured on CPU (2026-12-02, `python3 tasks/gemm_nvfp4/verify/tolerance.py`: 4 shapes up to K = 4096, 2 seeds,
+    # 2 kinds): the honest emulation (per-16-block fp32 partials times sa * sb, summed in fp32, rounded to bf16)
+    # reaches 0.389 of this tolerance at worst (bf16's own rounding: 2**-8 relative against rtol 1e-2); the fp32
+    # reference against an fp64 dequantise-matmul 0.054 of it. The wrong kernels exceed it: A's nibbles swapped 18x,
+    # scales ignored 99x, read as UE8M0 exponent bytes 100x, one mean scale per row 161x, shifted by one block 207x.
     tolerance={"atol": 1e-2, "rtol": 1e-2},
     flops=lambda s: 2.0 * s["M"] * s["N"] * s["K"],
     min_bytes=lambda s: (s["M"] + s["N"]) * s["K"] * (0.5 + 1 / BLOCK) + 2.0 * s["M"] * s["N"],

@@ -21,6 +21,8 @@ comparison in every input kind (`as_expected`), so the model can tell. Outputs s
 written.
 
     python3 tasks/gemm_nvfp4/verify/triton_blackwell_emulate.py [MUTATION]   # exit status 0: every case as expected
+
+Importing this module turns Triton's interpreter on for the whole process: run it as a script or in a child.
 """
 
 import os
@@ -28,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"  # read when triton.jit decorates: before the expert is loaded
+os.environ["TRITON_INTERPRET"] = "1"  # read as triton is imported and when triton.jit decorates: before both
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
