@@ -5,6 +5,7 @@ A's nibbles swapped) failing it (the judge's compare_output); the Blackwell Trit
 SASS UTCOMMA.4X, from a build and from a fixture of one) and its CPU model (the expert's own kernel under Triton's
 interpreter, with mutations of its scale indexing that must fail). Nothing of this task has run on a GPU."""
 
+import json
 import os
 import re
 import shutil
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_fp8_experts import INTERPRETER_SHIM
 
 torch = pytest.importorskip("torch")
 
@@ -102,12 +104,14 @@ def test_nibbles_swapped_in_both_operands_is_the_same_product():
     assert _ratio(both, TASK.reference(x, {"M": 33, "N": 48, "K": 256})["C"]) < 0.5
 
 
-def test_the_fallback_baselines_bf16_operands_are_exact():
-    # Every e2m1 magnitude times every finite positive e4m3 scale is a bf16 value: the fallback loses nothing.
+def test_dequantised_values_are_exact_in_bf16_and_fp16():
+    # Every e2m1 magnitude times every finite positive e4m3 scale is a bf16 value (the fallback baseline loses
+    # nothing) and an fp16 one (the Hopper expert's operands).
     values = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6.0])
     scales = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     products = (values[:, None] * scales[torch.isfinite(scales) & (scales > 0)][None, :]).flatten()
-    assert torch.equal(products.to(torch.bfloat16).float(), products)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert torch.equal(products.to(dtype).float(), products), dtype
 
 
 def test_contract_and_required_families():
@@ -116,7 +120,7 @@ def test_contract_and_required_families():
         "A": (3, 128), "SA": (3, 16), "B": (16, 128), "SB": (16, 16), "C": (3, 16)}
     assert "const uint8_t* A" in c.c_signature() and "const __nv_fp8_e4m3* SA" in c.c_signature()
     assert TASK.required_for(get_arch("b200")) == ("tcgen05_block_scale", "tma")
-    assert TASK.required_for(get_arch("h100")) == ("wgmma", "tma")  # no fp4 MMA: dequantise, bf16 wgmma
+    assert TASK.required_for(get_arch("h100")) == ("wgmma", "tma")  # no fp4 MMA: dequantise, 16-bit wgmma
     assert "fallback" in TASK.baseline_name and "not a vendor" in TASK.baseline_name
     assert "low nibble" in c.rules and "16 consecutive elements" in c.rules
 
@@ -151,6 +155,40 @@ def test_the_cpu_model_passes_the_expert_and_fails_its_mutations(mutation):
         assert all(ln.startswith("PASS") for ln in lines), lines
     else:
         assert sum(ln.startswith("FAIL") for ln in lines) >= 4, lines  # every kind, the shapes of several K steps
+
+
+_HOPPER_CHILD = INTERPRETER_SHIM + r'''
+import json
+from xlang.candidate import load_module
+from xlang.profiler.stages.check import compare_output
+from xlang.task import get_task
+
+task = get_task("gemm_nvfp4")
+expert = load_module(sys.argv[1])
+out = []
+for kind in task.input_kinds:
+    for shape in ({"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}, {"M": 200, "N": 16, "K": 128}):
+        x = task.make_inputs(shape, 5, "cpu", kind)
+        C = torch.full((shape["M"], shape["N"]), float("nan"), dtype=torch.bfloat16)
+        expert.xlang_entry(x["A"], x["SA"], x["B"], x["SB"], C, shape["M"], shape["N"], shape["K"])
+        stats = compare_output("C", C, task.reference(x, shape)["C"], **task.tolerance)
+        out.append("failure" not in stats)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+def test_the_hopper_triton_expert_computes_the_task_under_the_interpreter(tmp_path):
+    # Its own kernel (no tl.dot_scaled: the decode, the scales, the fp16 dot) under Triton's interpreter, in a child.
+    pytest.importorskip("triton")
+    script = tmp_path / "child.py"
+    script.write_text(_HOPPER_CHILD)
+    expert = TASK.solution("triton", "hopper", ".py").path
+    assert expert.name == "triton_hopper.py"
+    proc = subprocess.run([sys.executable, str(script), str(expert)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [True] * 6, proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")

@@ -6,8 +6,9 @@
 #                  CUTEDSL_EXPERTS="gemm:cutedsl attn_fwd:cutedsl ...", or EXPERTS=...)
 #   PHASE=corpus   benchmarks/hostile_corpus_run.py (SHARD=K/N, ONLY=names)
 #   PHASE=bench    guard_pages_cost.py and bench_harness.py
-#   PHASE=new      the new tasks' experts (fp8 block-scaled GEMM, paged decode, ragged prefill), the Triton GEMM over
-#                  the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before 2026-12-02
+#   PHASE=new      the new tasks' experts (fp8 block-scaled GEMM, paged decode, ragged prefill, NVFP4's Hopper one),
+#                  the Triton GEMM over the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before
+#                  2026-12-02
 #   PHASE=fidelity benchmarks/timing_fidelity.py for FIDELITY_TASKS (default gemm attn_fwd; issue 35)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
@@ -88,7 +89,7 @@ phase_corpus() {
 }
 phase_new() {
   for spec in ${NEW_EXPERTS:-"gemm_fp8_blockscale:triton" "gemm_fp8_blockscale:cuda_ptx" "attn_decode_paged:triton" \
-      "attn_prefill_ragged:triton"}; do
+      "attn_prefill_ragged:triton" "gemm_nvfp4:triton"}; do
     IFS=: read task lang <<< "$spec"
     ev "${task}_${lang}" expert "$lang" "$task"
   done

@@ -12,8 +12,8 @@ elements of K, four per 64-wide MMA step; their tensor-memory layout is the kern
 NVIDIA's NVFP4 recipe has a second level, one fp32 scale per tensor, which this task leaves out: no MMA reads it (the
 tcgen05.mma block-scaled kinds have no such operand; cuBLASLt applies it as a scalar alpha in the epilogue), so it adds
 one multiply and no instruction the task could require, and the drawn block scales here already span the data's range.
-Hopper has no fp4 MMA: a Hopper kernel must dequantise (exactly, to bf16) and use bf16 wgmma; there is no Hopper
-expert and no Hopper claim. No GPU of either kind has run this task: static (census) only, with CPU checks.
+Hopper has no fp4 MMA: a Hopper kernel dequantises (exactly, to fp16 or bf16) and uses the 16-bit wgmma
+(solutions/triton_hopper.py). No GPU of either kind has run this task: static (census) only, with CPU checks.
 """
 
 from xlang.task import Contract, Task, TensorArg
@@ -184,7 +184,7 @@ TASK = Task(
     draw_shape=draw_shape,
     check_shape=check_shape,
     input_kinds=INPUT_KINDS,
-    # Hopper: no fp4 MMA; the exact route is dequantising to bf16 and bf16 wgmma (fp8 wgmma's K = 32 spans two
-    # scale blocks, and an e2m1 value times an e4m3 scale is not an e4m3 value in general).
+    # Hopper: no fp4 MMA; the exact route is dequantising to fp16 / bf16 and the 16-bit wgmma (fp8 wgmma's K = 32 spans
+    # two scale blocks, and an e2m1 value times an e4m3 scale is not an e4m3 value in general).
     required={"hopper": ("wgmma", "tma"), "blackwell": ("tcgen05_block_scale", "tma")},
 )
