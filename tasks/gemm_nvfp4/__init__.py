@@ -3,11 +3,12 @@
 NVFP4 (NVIDIA's 4-bit format, served by cuBLASLt as CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3): e2m1 elements (one sign,
 two exponent, one mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives), 16 consecutive elements of K sharing
 one UE4M3 scale (an fp8 e4m3 value, positive). A [M, K/2] and B [N, K/2] are bytes holding two e2m1 codes each, packed
-along K: element 2j in the LOW nibble (bits 0-3) and element 2j + 1 in the high nibble of byte j (the order of the
-tcgen05.mma fp4 operands and of Triton's tl.dot_scaled, "first element in lower bits"). SA [M, K/16] and SB [N, K/16]
-are the e4m3 scales of each 1x16 block of a row, row-major. Blackwell's tcgen05.mma kind::mxf4nvf4 .block_scale
-.scale_vec::4X reads exactly such scales (PTX ISA, tcgen05.mma "Block Scaling": ue4m3 scale factors, one per 16
-elements of K, four per 64-wide MMA step; their tensor-memory layout is the kernel's business).
+along K: element 2j in the LOW nibble (bits 0-3) and element 2j + 1 in the high nibble of byte j (Triton's
+tl.dot_scaled packing, "first element in lower bits"). SA [M, K/16] and SB [N, K/16] are the e4m3 scales of each 1x16
+block of a row, row-major. Blackwell's tcgen05.mma kind::mxf4nvf4 .block_scale.scale_vec::4X reads exactly such scales
+(PTX ISA 9.x, 9.7.16.10.7 "Block Scaling" and its table of valid scale_vectorsize combinations,
+#tcgen05-mma-scale-valid-comb: ue4m3 scale factors, M x 4 of them for A per 64-wide MMA step, one per 16 elements of
+K; the instruction descriptor's scale-type bit says ue4m3; their tensor-memory layout is the kernel's business).
 
 NVIDIA's NVFP4 recipe has a second level, one fp32 scale per tensor, which this task leaves out: no MMA reads it (the
 tcgen05.mma block-scaled kinds have no such operand; cuBLASLt applies it as a scalar alpha in the epilogue), so it adds
