@@ -119,9 +119,10 @@ def make_inputs(shape, seed, device, kind="normal"):
 def baseline(inputs, shape):
     """A FALLBACK, not a vendor NVFP4 GEMM: the operands dequantised to bf16 (exact: an e2m1 value times an e4m3 scale
     has at most 6 significant bits and stays in bf16's range; tests/test_nvfp4_task.py checks every pair), then
-    cuBLAS's bf16 GEMM (torch.matmul), the dequantisation inside the timed call. The vendor path (torch.nn.functional.scaled_mm with float4_e2m1fn_x2
-    operands, ScalingType.BlockWise1x16 and the scales in SwizzleType.SWIZZLE_32_4_4, cuBLASLt's VEC16_UE4M3) is
-    Blackwell-only and not wired here; nothing of this has run on a GPU."""
+    cuBLAS's bf16 GEMM (torch.matmul), the dequantisation inside the timed call. The vendor path
+    (torch.nn.functional.scaled_mm with float4_e2m1fn_x2 operands, ScalingType.BlockWise1x16 and the scales in
+    SwizzleType.SWIZZLE_32_4_4, cuBLASLt's VEC16_UE4M3; names as torch 2.13 has them) is Blackwell-only and not wired
+    here; nothing of this has run on a GPU."""
     import torch
 
     C = torch.empty(shape["M"], shape["N"], dtype=torch.bfloat16, device=inputs["A"].device)
