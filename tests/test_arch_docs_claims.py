@@ -139,6 +139,10 @@ SASS_PROBES = {
             'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::mxf4.block_scale '
             '[%0], %1, %2, %3, [%4], [%5], 1;" :: "r"(t), "l"(da), "l"(db), "r"(idesc), "r"(t + 64),'
             ' "r"(t + 96) : "memory");',
+        "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X":
+            'if (threadIdx.x == 0) asm volatile("tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X '
+            '[%0], %1, %2, %3, [%4], [%5], 1;" :: "r"(t), "l"(da), "l"(db), "r"(idesc), "r"(t + 64),'
+            ' "r"(t + 96) : "memory");',
         "tcgen05.commit.cta_group::1.mbarrier::arrive::one":
             "if (threadIdx.x == 0) xl::tcgen05_commit(&bar);",
         "tcgen05.commit.cta_group::1 .multicast::cluster":

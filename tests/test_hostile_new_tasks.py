@@ -1,7 +1,8 @@
 """The hostile cases of the new task families (tests/kernels/hostile: fp8_scale_once_per_row.py for
-gemm_fp8_blockscale's scale factors, decode_contiguous_pages.py for attn_decode_paged's page tables) fail the task's
-own comparison under Triton's CPU interpreter, on the task's drawn inputs, in every case tried: the inputs are what
-catches them, before any GPU stage (where the hostile corpus run judges them: benchmarks/hostile_corpus_run.py)."""
+gemm_fp8_blockscale's scale factors, nvfp4_scales_as_mx.py for gemm_nvfp4's, decode_contiguous_pages.py for
+attn_decode_paged's page tables) fail the task's own comparison under Triton's CPU interpreter, on the task's drawn
+inputs, in every case tried: the inputs are what catches them, before any GPU stage (where the hostile corpus run
+judges them: benchmarks/hostile_corpus_run.py)."""
 
 import json
 import os
@@ -23,6 +24,9 @@ from xlang.profiler.stages.check import compare_output
 from xlang.task import get_task
 
 task = get_task(sys.argv[2])
+if task.name == "gemm_nvfp4":  # Triton 3.6's interpreter has no tl.dot_scaled: the task's CPU model supplies it
+    sys.path.insert(0, "tasks/gemm_nvfp4/verify")
+    __import__("triton_blackwell_emulate").install()
 module = load_module(sys.argv[1])
 out = []
 for sizes in json.loads(sys.argv[3]):
@@ -44,6 +48,7 @@ CASES = [
     ("fp8_scale_once_per_row.py", "gemm_fp8_blockscale", [{"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}]),
     ("decode_contiguous_pages.py", "attn_decode_paged", [{"B": 3, "H": 4, "HKV": 2, "D": 64, "P": 16, "S": 100},
                                                          {"B": 2, "H": 3, "HKV": 1, "D": 128, "P": 1, "S": 37}]),
+    ("nvfp4_scales_as_mx.py", "gemm_nvfp4", [{"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}]),
 ]
 
 

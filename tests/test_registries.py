@@ -12,8 +12,9 @@ from xlang.task import all_tasks, get_task, parse_shape, task_names
 
 
 def test_every_task_is_registered():
-    assert set(task_names()) == {"gemm", "gemm_fp8_blockscale", "gemm_mxfp8", "attn_fwd", "attn_fwd_causal", "attn_bwd",
-                                 "attn_bwd_causal", "attn_decode_paged", "attn_prefill_ragged"}
+    assert set(task_names()) == {"gemm", "gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4", "attn_fwd",
+                                 "attn_fwd_causal", "attn_bwd", "attn_bwd_causal", "attn_decode_paged",
+                                 "attn_prefill_ragged"}
 
 
 def test_archs_and_their_required_families():

@@ -20,7 +20,8 @@ ATTENTION = ("attn_fwd", "attn_fwd_causal", "attn_bwd", "attn_bwd_causal")
 SMALL_SHAPES = {"gemm": {"M": 40, "N": 24, "K": 72},
                 "attn_decode_paged": {"B": 4, "H": 4, "HKV": 2, "S": 45, "D": 64, "P": 16},
                 "attn_prefill_ragged": {"B": 4, "T": 90, "H": 2, "HKV": 1, "D": 128},
-                "gemm_fp8_blockscale": {"M": 40, "N": 48, "K": 256}, "gemm_mxfp8": {"M": 40, "N": 48, "K": 256}}
+                "gemm_fp8_blockscale": {"M": 40, "N": 48, "K": 256}, "gemm_mxfp8": {"M": 40, "N": 48, "K": 256},
+                "gemm_nvfp4": {"M": 40, "N": 48, "K": 256}}
 
 
 def _worst(task, got: dict, ref: dict, kind: str = "normal") -> float:
@@ -53,7 +54,7 @@ def test_drawn_shapes_obey_the_contract_and_stay_small(task):
                 assert s["S"] <= 5000 or (s["B"] <= 2 and s["HKV"] <= 2 and s["S"] <= 32771)
             elif task.name == "attn_prefill_ragged":  # the longest sequence's causal scores bounded
                 assert s["B"] <= s["T"] and (s["H"] * s["T"] ** 2 <= 1 << 27 or (s["H"] <= 2 and s["T"] <= 16399))
-            elif task.name in ("gemm_fp8_blockscale", "gemm_mxfp8"):  # tests/test_fp8_task.py, test_fp8_mx_task.py
+            elif task.name in ("gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4"):  # their own test files
                 assert s["K"] % 128 == 0 and s["N"] % 16 == 0 and s["M"] * s["N"] * s["K"] <= 1 << 31
             elif s["S"] > 2500:  # a long sequence: one or two heads
                 assert s["S"] % 16 and 4097 <= s["S"] <= 16399

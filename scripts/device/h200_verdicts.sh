@@ -6,8 +6,8 @@
 #                  CUTEDSL_EXPERTS="gemm:cutedsl attn_fwd:cutedsl ...", or EXPERTS=...)
 #   PHASE=corpus   benchmarks/hostile_corpus_run.py (SHARD=K/N, ONLY=names)
 #   PHASE=bench    guard_pages_cost.py and bench_harness.py
-#   PHASE=new      the new tasks' experts (fp8 block-scaled GEMM, paged decode, ragged prefill) and the Gluon
-#                  attention backward (issue 35, both tasks), the Triton GEMM over
+#   PHASE=new      the new tasks' experts (fp8 block-scaled GEMM, paged decode, ragged prefill, NVFP4's Hopper one)
+#                  and the Gluon attention backward (issue 35, both tasks), the Triton GEMM over
 #                  the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before 2026-12-02. With the
 #                  .cutedsl carry: NEW_CUTEDSL_EXPERTS="gemm_fp8_blockscale:cutedsl" adds the CuTe DSL fp8 expert
 #   PHASE=fidelity benchmarks/timing_fidelity.py for FIDELITY_TASKS (default gemm attn_fwd; issue 35)
@@ -91,7 +91,7 @@ phase_corpus() {
 phase_new() {
   for spec in ${NEW_EXPERTS:-"gemm_fp8_blockscale:triton" "gemm_fp8_blockscale:cuda_ptx" "attn_decode_paged:triton" \
       "attn_decode_paged:cuda_ptx" "attn_prefill_ragged:triton" "attn_prefill_ragged:cuda_ptx" \
-      "attn_bwd:gluon" "attn_bwd_causal:gluon" ${NEW_CUTEDSL_EXPERTS:-}}; do
+      "attn_bwd:gluon" "attn_bwd_causal:gluon" "gemm_nvfp4:triton" ${NEW_CUTEDSL_EXPERTS:-}}; do
     IFS=: read task lang <<< "$spec"
     ev "${task}_${lang}" expert "$lang" "$task"
   done
