@@ -73,7 +73,7 @@ def test_a_suite_that_gives_a_derived_size_wrongly_is_refused(tmp_path):
         load_file(path, get_task("attn_decode_paged"))
 
 
-@pytest.mark.parametrize("task_name", ["gemm_fp8_blockscale", "gemm_mxfp8"])
+@pytest.mark.parametrize("task_name", ["gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4"])
 def test_the_fp8_tasks_time_the_gemm_layers_of_the_same_models(task_name):
     """DeepSeek-V3 publishes its weights as fp8 with 128x128 block scales: the fp8 tasks read the GEMM suites' file,
     and the block-scaled contracts (K a multiple of 128, N of 16) allow every one of its shapes."""

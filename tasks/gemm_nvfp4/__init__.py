@@ -188,5 +188,6 @@ TASK = Task(
     input_kinds=INPUT_KINDS,
     # Hopper: no fp4 MMA; the exact route is dequantising to fp16 / bf16 and the 16-bit wgmma (fp8 wgmma's K = 32 spans
     # two scale blocks, and an e2m1 value times an e4m3 scale is not an e4m3 value in general).
+    suites_file="gemm/suites.toml",  # the same (M, N, K) layers as the bf16 gemm task: every K a multiple of 128
     required={"hopper": ("wgmma", "tma"), "blackwell": ("tcgen05_block_scale", "tma")},
 )
