@@ -1,5 +1,5 @@
 """The CPU model of the cuda_ptx paged-decode expert (tasks/attn_decode_paged/verify/decode_cuda_ptx_emulate.py, a
-torch re-enactment of tasks/attn_decode_paged/solutions/cuda_ptx_hopper.cu: splits, page gathers, ldmatrix / mma.sync
+torch re-enactment of tasks/attn_decode_paged/solutions/cuda_ptx.cu: splits, page gathers, ldmatrix / mma.sync
 fragments by the PTX ISA's rules, online softmax, combine) against the task's fp32 reference on the task's own drawn
 inputs: shuffled page tables with garbage around them, lengths not a multiple of the page, every page size and head
 dim, GQA groups 1..8, one split and several. The same model with the page lookup made contiguous must fail them. The
@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "tasks/attn_decode_paged/verify/decode_cuda_ptx_emulate.py"
-KERNEL = ROOT / "tasks/attn_decode_paged/solutions/cuda_ptx_hopper.cu"
+KERNEL = ROOT / "tasks/attn_decode_paged/solutions/cuda_ptx.cu"
 
 
 def _model():

@@ -5,7 +5,7 @@ in a session without a GPU (2026-12-02); what they assert is what the tasks and 
   gathered) is within the task's tolerance of the fp32 reference: the baseline computes the task.
 - Each Triton expert gets the full verdict `ok` at a reduced shape: correct on drawn shapes (shuffled page tables,
   garbage around them; ragged cu_seqlens), its required families executed (decode: cp.async; prefill: wgmma and
-  TMA), timed against the baseline the verdict names. So does the cuda_ptx decode expert (cuda_ptx_hopper.cu), at
+  TMA), timed against the baseline the verdict names. So does the cuda_ptx decode expert (cuda_ptx.cu), at
   shapes that reach one split and several, page sizes 1 and 64, D 64 and 256, and the cuda_ptx prefill expert at D
   128 and 256.
 """

@@ -1,4 +1,4 @@
-"""CPU model of tasks/attn_decode_paged/solutions/cuda_ptx_hopper.cu (issue 33), for checking its index arithmetic
+"""CPU model of tasks/attn_decode_paged/solutions/cuda_ptx.cu (issue 33), for checking its index arithmetic
 and its split / page / online-softmax / combine logic without a GPU (the kernel has never run on one).
 
 It re-enacts, in torch on the CPU, what each CTA of decode_split and decode_combine does, with the kernel's own

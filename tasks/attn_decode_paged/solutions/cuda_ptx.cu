@@ -1,6 +1,10 @@
 // Never run on a GPU (written 2026-12-02 in a session without device time); see ../NOTES_cuda_ptx.md.
 //
-// Expert Hopper (sm_90a) paged GQA decode for xlang's `attn_decode_paged` (split-KV, "flash decoding").
+// Expert paged GQA decode for xlang's `attn_decode_paged` (split-KV, "flash decoding"), written for Hopper (sm_90a)
+// and the same kernel for Blackwell: the file is cuda_ptx.cu, which Task.solution_path takes for every generation
+// that has no cuda_ptx_<generation>.cu. It uses only mma.sync, ldmatrix and cp.async (valid on sm_90a and sm_100a)
+// and asks the device for its SM count and occupancy; built for sm_100a it shows the task's required cp_async, and
+// it has never run on a Blackwell GPU either (../NOTES_cuda_ptx_blackwell.md).
 //
 //   out[b, h, :] = softmax_t(scale * q[b, h, :] . K_b[t, kvh, :]) V_b[t, kvh, :],  kvh = h / G, G = H / HKV,
 //   token t of sequence b in slot t % P of page block_table[b, t / P] of k_cache / v_cache [NP, P, HKV, D].
