@@ -86,7 +86,8 @@ def decode_idesc(i):
     assert i & 0xF == 0 and (i >> 4) & 3 == 1 and (i >> 7) & 7 == 1 and (i >> 10) & 7 == 1, "bf16 x bf16 -> f32"
     assert (i >> 13) & 3 == 0 and (i >> 23) & 1 == 0 and (i >> 29) & 7 == 0
     f = dict(M=((i >> 24) & 31) << 4, N=((i >> 17) & 63) << 3, a_mn=(i >> 15) & 1, b_mn=(i >> 16) & 1)
-    # kind::f16, cta_group::1, M = 128: N a multiple of 16 in 16..256 [9.7.16.10.1]
+    # kind::f16, cta_group::1, M = 128: N 8..256 in steps of 8, steps of 16 with A in TMEM (arch_docs/b200/params.md,
+    # from the PTX shape table and CUTLASS's rule); the stricter form holds for every MMA of this kernel
     assert f["M"] == 128 and f["N"] % 16 == 0 and 16 <= f["N"] <= 256 and f["a_mn"] == 0
     return f
 
