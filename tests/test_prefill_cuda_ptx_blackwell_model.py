@@ -59,7 +59,10 @@ def test_model_matches_reference_and_one_sequence_fails(sizes, kind):
     inputs = task.make_inputs(shape, 5, "cpu", kind)
     ref = task.reference(inputs, shape)["out"]
     atol, rtol = task.tolerance_for("out", kind)
+    corrections = model.STATS["corrections"]
     got, visited = model.xlang_entry_model(inputs, shape)  # asserts every element stored once, none past the end
+    if kind == "peaked":  # a dominant key late in a row moves its max by more than 8: the O correction runs
+        assert model.STATS["corrections"] > corrections, "the TMEM read-modify-write of O was not exercised"
     cu = inputs["cu_seqlens"].tolist()
     want = sorted((b, mt) for b in range(shape["B"]) for mt in range(-(-(cu[b + 1] - cu[b]) // model.BM)))
     assert sorted(visited) == want, "every query tile of every sequence, each once"
@@ -83,21 +86,6 @@ def test_last_block_mask_fails_at_d256():
         ref = task.reference(inputs, shape)["out"]
         got, _ = model.xlang_entry_model(inputs, shape, mask="last_block")
         assert (_excess(got, ref, *task.tolerance_for("out", "normal")) > 0) == should_fail, D
-
-
-def test_correction_path_runs():
-    """The lazy rescale's O correction (m moved by more than 8) is exercised by the peaked inputs, not only by
-    construction: a model run with no correction would not test that TMEM read-modify-write."""
-    from xlang.task import get_task
-
-    model, task = _model(), get_task("attn_prefill_ragged")
-    before = model.STATS["corrections"]
-    shape = task.shape({"B": 2, "T": 400, "H": 1, "HKV": 1, "D": 256})
-    inputs = task.make_inputs(shape, 7, "cpu", "peaked")
-    ref = task.reference(inputs, shape)["out"]
-    got, _ = model.xlang_entry_model(inputs, shape)
-    assert model.STATS["corrections"] > before
-    assert _excess(got, ref, *task.tolerance_for("out", "peaked")) <= 0
 
 
 def test_model_expressions_are_the_kernels():
