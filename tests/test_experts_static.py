@@ -72,6 +72,10 @@ CASES = [
     # cuda_ptx ragged prefill (the attn_fwd expert over cu_seqlens; D 256 with BN 64): never run on a GPU.
     ("attn_prefill_ragged", "cuda_ptx", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
     ("attn_prefill_ragged", "cuda_ptx", "h100", "D=256,HKV=4", HOPPER | {"mbarrier", "setmaxnreg"}),
+    # CuTe DSL ragged prefill (attn_fwd's CuTe DSL expert over cu_seqlens; D 256 with BN 64): never run on a GPU; its
+    # CPU model is tests/test_prefill_cutedsl_model.py.
+    ("attn_prefill_ragged", "cutedsl", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_prefill_ragged", "cutedsl", "h100", "D=256,HKV=4", HOPPER | {"mbarrier", "setmaxnreg"}),
     # fp8 1d2d GEMM (issue 34): never run on a GPU; the interpreter check is tests/test_fp8_experts.py.
     ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),

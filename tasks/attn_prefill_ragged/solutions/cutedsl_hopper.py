@@ -29,8 +29,9 @@ Design, top-down
     per consumer thread; Q 64 KiB + 2 x (K + V) 128 KiB = 192 KiB of the 227 KiB.
   * One compile per D; T, H, HKV and B are dynamic.
 
-The index rules are small functions (_tiles, _tile_in_sequence, _key_blocks, _needs_mask, _key_dead, _row_stored)
-that the kernel calls on DSL values and tasks/attn_prefill_ragged/verify/prefill_cutedsl_emulate.py calls on ints.
+The index rules are small functions (_tiles, _tile_in_sequence, _key_blocks, _needs_mask, _key_dead, _row_stored,
+_kv_head) that the kernel calls on DSL values and tasks/attn_prefill_ragged/verify/prefill_cutedsl_emulate.py (its
+CPU model) calls on ints and torch tensors; the model also checks _make_mmas's register layouts at trace time.
 """
 
 import math
@@ -89,7 +90,12 @@ def _key_dead(key, row, n):
 
 
 def _row_stored(row, n):
+    """Query row `row` (within the sequence) is stored: rows past the end belong to the next sequence."""
     return row < n
+
+
+def _kv_head(h, heads, kv_heads):
+    return h // (heads // kv_heads)     # GQA
 
 
 @cute.jit
@@ -150,7 +156,7 @@ def _prefill_kernel(
             x = x - tiles
 
     if tile >= 0:
-        kv_head = h // (heads // kv_heads)   # GQA
+        kv_head = _kv_head(h, heads, kv_heads)
         n_blocks = _key_blocks(n, tile, bn)
 
         if warp_id == 0:
@@ -334,6 +340,17 @@ def _packed(t, seq_mode, feat_mode):
     return cute.make_tensor(t.iterator, cute.select(t.layout, mode=[seq_mode, feat_mode, 1]))
 
 
+def _make_mmas(dp, bn):
+    """The two tiled wgmmas (2 consumer warpgroups along M). S = Q K^T: M = query rows, N = keys, K = head dim, both
+    operands K-major (D contiguous). O = P V: M = query rows, N = head dim, K = keys; A (P) from registers, B (V)
+    MN-major."""
+    k_major, mn_major = warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN
+    mma_qk = sm90_utils.make_trivial_tiled_mma(AB, AB, k_major, k_major, ACC, (2, 1, 1), tiler_mn=(64, bn))
+    mma_pv = sm90_utils.make_trivial_tiled_mma(AB, AB, k_major, mn_major, ACC, (2, 1, 1), tiler_mn=(64, dp),
+                                               a_source=warpgroup.OperandSource.RMEM)
+    return mma_qk, mma_pv
+
+
 @cute.jit
 def _prefill_host(
     q: cute.Tensor,
@@ -350,15 +367,7 @@ def _prefill_host(
     stages: cutlass.Constexpr,
     stream: cuda_driver.CUstream,
 ):
-    # S = Q K^T: M = query rows, N = keys, K = head dim; both operands K-major (D contiguous).
-    mma_qk = sm90_utils.make_trivial_tiled_mma(
-        AB, AB, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.K, ACC, (2, 1, 1), tiler_mn=(64, bn)
-    )
-    # O = P V: M = query rows, N = head dim, K = keys; A (P) from registers, B (V) MN-major.
-    mma_pv = sm90_utils.make_trivial_tiled_mma(
-        AB, AB, warpgroup.OperandMajorMode.K, warpgroup.OperandMajorMode.MN, ACC, (2, 1, 1), tiler_mn=(64, dp),
-        a_source=warpgroup.OperandSource.RMEM,
-    )
+    mma_qk, mma_pv = _make_mmas(dp, bn)
     q_lay = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (BM, bn, dp), AB, 1)
     k_lay = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, (BM, bn, dp), AB, stages)
     v_lay = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, (BM, dp, bn), AB, stages)
