@@ -66,6 +66,11 @@ CASES = [
     ("attn_decode_paged", "cuda_ptx", "h100", None, {"cp_async", "mma_sync", "ldmatrix"}),
     ("attn_decode_paged", "cuda_ptx", "h100", "D=64,P=1", {"cp_async", "mma_sync", "ldmatrix"}),
     ("attn_decode_paged", "cuda_ptx", "h100", "D=256,P=64", {"cp_async", "mma_sync", "ldmatrix"}),
+    # CuTe DSL decode (cp.async page gathers, FMA, split-KV; one compile per D, P, G): never run on a GPU; its CPU model
+    # is tests/test_decode_cutedsl_model.py.
+    ("attn_decode_paged", "cutedsl", "h100", None, {"cp_async"}),
+    ("attn_decode_paged", "cutedsl", "h100", "D=256,P=1,H=16,HKV=2", {"cp_async"}),
+    ("attn_decode_paged", "cutedsl", "h100", "D=64,P=64,H=8,HKV=8", {"cp_async"}),
     ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
     ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
     ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
