@@ -69,6 +69,11 @@ CASES = [
     # The same file (solutions/cuda_ptx.cu) built for sm_100a: never run on Blackwell (NOTES_cuda_ptx_blackwell.md).
     ("attn_decode_paged", "cuda_ptx", "b200", None, {"cp_async", "mma_sync", "ldmatrix"}),
     ("attn_decode_paged", "cuda_ptx", "b200", "D=256,P=1", {"cp_async", "mma_sync", "ldmatrix"}),
+    # CuTe DSL decode (cp.async page gathers, FMA, split-KV; one compile per D, P, G): never run on a GPU; its CPU model
+    # is tests/test_decode_cutedsl_model.py.
+    ("attn_decode_paged", "cutedsl", "h100", None, {"cp_async"}),
+    ("attn_decode_paged", "cutedsl", "h100", "D=256,P=1,H=16,HKV=2", {"cp_async"}),
+    ("attn_decode_paged", "cutedsl", "h100", "D=64,P=64,H=8,HKV=8", {"cp_async"}),
     ("attn_prefill_ragged", "triton", "h100", None, HOPPER),
     ("attn_prefill_ragged", "triton", "h100", "D=256", HOPPER),
     ("attn_prefill_ragged", "triton", "b200", None, BLACKWELL),
@@ -79,6 +84,10 @@ CASES = [
     # its CPU model is tests/test_prefill_cuda_ptx_blackwell_model.py.
     ("attn_prefill_ragged", "cuda_ptx", "b200", None, BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
     ("attn_prefill_ragged", "cuda_ptx", "b200", "D=256,HKV=4", BLACKWELL | {"mbarrier", "tcgen05_commit", "tmem_alloc"}),
+    # CuTe DSL ragged prefill (attn_fwd's CuTe DSL expert over cu_seqlens; D 256 with BN 64): never run on a GPU; its
+    # CPU model is tests/test_prefill_cutedsl_model.py.
+    ("attn_prefill_ragged", "cutedsl", "h100", None, HOPPER | {"mbarrier", "setmaxnreg"}),
+    ("attn_prefill_ragged", "cutedsl", "h100", "D=256,HKV=4", HOPPER | {"mbarrier", "setmaxnreg"}),
     # fp8 1d2d GEMM (issue 34): never run on a GPU; the interpreter check is tests/test_fp8_experts.py.
     ("gemm_fp8_blockscale", "triton", "h100", None, {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),

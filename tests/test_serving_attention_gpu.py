@@ -6,8 +6,9 @@ in a session without a GPU (2026-12-02); what they assert is what the tasks and 
 - Each Triton expert gets the full verdict `ok` at a reduced shape: correct on drawn shapes (shuffled page tables,
   garbage around them; ragged cu_seqlens), its required families executed (decode: cp.async; prefill: wgmma and
   TMA), timed against the baseline the verdict names. So does the cuda_ptx decode expert (cuda_ptx.cu), at
-  shapes that reach one split and several, page sizes 1 and 64, D 64 and 256, and the cuda_ptx prefill expert at D
-  128 and 256.
+  shapes that reach one split and several, page sizes 1 and 64, D 64 and 256 (and the CuTe DSL decode expert at the
+  same shapes), and the cuda_ptx and CuTe DSL prefill experts at D 128 and 256 (CuTe DSL's only where the call
+  carries nvidia-cutlass-dsl).
 """
 
 from pathlib import Path
@@ -111,4 +112,40 @@ def test_cuda_ptx_prefill_expert_full_verdict(sizes, tmp_path):
     assert v.category == V.OK, v.detail
     assert v.correct and v.census_ok and v.executed_ok
     assert all(v.executed["families"].get(f, 0) > 0 for f in ("wgmma", "tma")), v.executed["families"]
+    assert v.timing["baseline_name"] == task.baseline_name and v.timing["speedup"] > 0
+
+
+@pytest.mark.parametrize("sizes", ["B=4,T=4096", "B=3,T=3000,D=256,H=8,HKV=2"])
+def test_cutedsl_prefill_expert_full_verdict(sizes, tmp_path):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not on this machine (carry .cutedsl)")
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+    from xlang.task import get_task, parse_shape
+
+    task = get_task("attn_prefill_ragged")
+    source = tmp_path / "cutedsl_expert.py"
+    source.write_text(task.solution("cutedsl", "hopper", ".py").text)
+    v = evaluate(source, "cutedsl", task.name, _arch(), task.shape(parse_shape(sizes)),
+                 EvalOptions(label="attn_prefill_ragged-cutedsl-expert"))
+    print(f"\nattn_prefill_ragged cutedsl {sizes}: {v.category}: {v.detail[:600]}")
+    assert v.category == V.OK, v.detail
+    assert v.correct and v.census_ok and v.executed_ok
+    assert all(v.executed["families"].get(f, 0) > 0 for f in ("wgmma", "tma")), v.executed["families"]
+    assert v.timing["baseline_name"] == task.baseline_name and v.timing["speedup"] > 0
+
+
+@pytest.mark.parametrize("sizes", ["B=16,S=2048", "B=64,S=300,P=1,D=64,H=8,HKV=8", "B=2,S=9000,P=64,D=256,H=16,HKV=2"])
+def test_cutedsl_decode_expert_full_verdict(sizes, tmp_path):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not on this machine (carry .cutedsl)")
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+    from xlang.task import get_task, parse_shape
+
+    task = get_task("attn_decode_paged")
+    source = tmp_path / "cutedsl_expert.py"
+    source.write_text(task.solution("cutedsl", "hopper", ".py").text)
+    v = evaluate(source, "cutedsl", task.name, _arch(), task.shape(parse_shape(sizes)),
+                 EvalOptions(label="attn_decode_paged-cutedsl-expert"))
+    print(f"\nattn_decode_paged cutedsl {sizes}: {v.category}: {v.detail[:600]}")
+    assert v.category == V.OK, v.detail
+    assert v.correct and v.census_ok and v.executed_ok
+    assert v.executed["families"].get("cp_async", 0) > 0, v.executed["families"]
     assert v.timing["baseline_name"] == task.baseline_name and v.timing["speedup"] > 0

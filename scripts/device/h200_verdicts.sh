@@ -10,6 +10,8 @@
 #                  and the Gluon attention backward (issue 35, both tasks), the Triton GEMM over
 #                  the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before 2026-12-02. With the
 #                  .cutedsl carry: NEW_CUTEDSL_EXPERTS="gemm_fp8_blockscale:cutedsl" adds the CuTe DSL fp8 expert
+#                  (next for NEW_CUTEDSL_EXPERTS, never run: "attn_prefill_ragged:cutedsl" and "attn_decode_paged:cutedsl",
+#                  the CuTe DSL ragged prefill and paged decode)
 #   PHASE=fidelity benchmarks/timing_fidelity.py for FIDELITY_TASKS (default gemm attn_fwd; issue 35)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
