@@ -9,9 +9,7 @@
 #   PHASE=new      the new tasks' experts (fp8 block-scaled GEMM, paged decode, ragged prefill, NVFP4's Hopper one)
 #                  and the Gluon attention backward (issue 35, both tasks), the Triton GEMM over
 #                  the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before 2026-12-02. With the
-#                  .cutedsl carry: NEW_CUTEDSL_EXPERTS="gemm_fp8_blockscale:cutedsl" adds the CuTe DSL fp8 expert
-#                  (next for NEW_CUTEDSL_EXPERTS, never run: "attn_prefill_ragged:cutedsl" and "attn_decode_paged:cutedsl",
-#                  the CuTe DSL ragged prefill and paged decode)
+#                  .cutedsl carry the CuTe DSL experts of the new tasks join (NEW_CUTEDSL_EXPERTS=... picks others)
 #   PHASE=fidelity benchmarks/timing_fidelity.py for FIDELITY_TASKS (default gemm attn_fwd; issue 35)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
@@ -90,10 +88,13 @@ phase_corpus() {
   TAIL=80 step corpus $(( END - $(date +%s) - 20 )) python3 benchmarks/hostile_corpus_run.py --shard "${SHARD:-1/1}" \
       ${ONLY:+--only "$ONLY"} --budget-s $(( END - $(date +%s) - 60 )) --out "$OUT/hostile.jsonl"
 }
+# The CuTe DSL experts of the new tasks (fp8 block-scaled GEMM, ragged prefill, paged decode), when the DSL came along.
+CUTEDSL_NEW=""
+[ -d .cutedsl ] && CUTEDSL_NEW="gemm_fp8_blockscale:cutedsl attn_prefill_ragged:cutedsl attn_decode_paged:cutedsl"
 phase_new() {
   for spec in ${NEW_EXPERTS:-"gemm_fp8_blockscale:triton" "gemm_fp8_blockscale:cuda_ptx" "attn_decode_paged:triton" \
       "attn_decode_paged:cuda_ptx" "attn_prefill_ragged:triton" "attn_prefill_ragged:cuda_ptx" \
-      "attn_bwd:gluon" "attn_bwd_causal:gluon" "gemm_nvfp4:triton" ${NEW_CUTEDSL_EXPERTS:-}}; do
+      "attn_bwd:gluon" "attn_bwd_causal:gluon" "gemm_nvfp4:triton" ${NEW_CUTEDSL_EXPERTS:-$CUTEDSL_NEW}}; do
     IFS=: read task lang <<< "$spec"
     ev "${task}_${lang}" expert "$lang" "$task"
   done
