@@ -341,10 +341,11 @@ extern "C" uint32_t xl_rule_scale_operand(uint32_t tmem, int s, int operand, int
 }
 extern "C" uint32_t xl_rule_idesc(uint32_t sfa, uint32_t sfb) { return mxgemm::idesc_for(sfa, sfb); }
 extern "C" uint64_t xl_rule_chunk_desc(uint32_t addr) { return mxgemm::chunk_desc(addr); }
-extern "C" int xl_rule_const(int which) {   // 0 BM, 1 BN, 2 BK, 3 STAGES, 4 MMA_K, 5 CHUNK_BYTES, 6 ACC_COLS, 7 TMEM_COLS
+// 0 BM, 1 BN, 2 BK, 3 STAGES, 4 MMA_K, 5 CHUNK_BYTES, 6 ACC_COLS, 7 TMEM_COLS, 8 scale chunks per operand and K step
+extern "C" int xl_rule_const(int which) {
   const int v[] = {mxgemm::BM, mxgemm::BN, mxgemm::BK, mxgemm::STAGES, mxgemm::MMA_K, mxgemm::CHUNK_BYTES,
-                   mxgemm::ACC_COLS, mxgemm::TMEM_COLS};
-  return which >= 0 && which < 8 ? v[which] : -1;
+                   mxgemm::ACC_COLS, mxgemm::TMEM_COLS, 1};
+  return which >= 0 && which < 9 ? v[which] : -1;
 }
 
 extern "C" void xlang_entry(const __nv_fp8_e4m3* A, const uint8_t* SA, const __nv_fp8_e4m3* B, const uint8_t* SB,
