@@ -41,13 +41,13 @@ UNWRITTEN = -1
 TMEM_LANES = 128
 
 
-def build_rules_library(source=EXPERT, workdir=None):
+def build_rules_library(source=EXPERT, workdir=None, task_name="gemm_mxfp8"):
     """The expert built by xlang's cuda_ptx backend for b200 (nvcc, no GPU needed); returns its shared object."""
     from xlang.archs import get_arch
     from xlang.backend import build_candidate
     from xlang.task import get_task
 
-    task = get_task("gemm_mxfp8")
+    task = get_task(task_name)
     result = build_candidate(Path(source), "cuda_ptx", task, get_arch("b200"), task.shape(),
                              workdir=Path(workdir or tempfile.mkdtemp(prefix="mxfp8-ptx-model-")))
     if not result.ok:
@@ -64,8 +64,8 @@ class Rules:
                               ("xl_rule_chunk_desc", ctypes.c_uint64)):
             getattr(lib, name).restype = restype
         self.lib = lib
-        (self.BM, self.BN, self.BK, self.STAGES, self.MMA_K, self.CHUNK, self.ACC_COLS,
-         self.TMEM_COLS) = (lib.xl_rule_const(i) for i in range(8))
+        (self.BM, self.BN, self.BK, self.STAGES, self.MMA_K, self.CHUNK, self.ACC_COLS, self.TMEM_COLS,
+         self.CHUNKS) = (lib.xl_rule_const(i) for i in range(9))
 
     def scale_row(self, lane, j):
         return self.lib.xl_rule_scale_row(lane, j)
