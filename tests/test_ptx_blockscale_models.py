@@ -43,6 +43,14 @@ def test_mxfp8_model_fails_when_the_scale_indexing_is_off(mxfp8_rules, bug):
     assert not MXFP8.run_cases(mxfp8_rules, (bug,), cases=CASES, quiet=True)
 
 
+def test_mxfp8_chunk_is_the_layout_checked_against_cutlass(mxfp8_rules):
+    # tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py checks chunk_byte(m, kb) against CUTLASS's 1X scale layouts
+    # at trace time (tests/test_fp8_cutedsl_models.py); this expert's scale warps put row m's word at that byte.
+    cute_model = load_module(ROOT / "tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py", "mxfp8_cutedsl_model_for_ptx")
+    placed = {mxfp8_rules.scale_row(lane, j): 4 * mxfp8_rules.scale_word(lane, j) for lane in range(32) for j in range(4)}
+    assert placed == {m: cute_model.chunk_byte(m, 0) for m in range(128)}
+
+
 def test_mxfp8_model_reads_the_rules_from_the_source(tmp_path):
     # The rows a scale lane loads changed in a copy of the .cu (consecutive rows per lane, stored where rows
     # lane + 32 j belong): it still builds, and the model of that build fails.
