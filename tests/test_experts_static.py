@@ -101,10 +101,18 @@ CASES = [
     ("gemm_mxfp8", "cutedsl", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
                                              "tmem_alloc"}),
     ("gemm_mxfp8", "cutedsl", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
+    # cuda_ptx MXFP8 (issue 34): never run on a GPU; its CPU model is tasks/gemm_mxfp8/verify/cuda_ptx_blackwell_model.py.
+    ("gemm_mxfp8", "cuda_ptx", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
+                                              "tmem_alloc", "mbarrier"}),
+    ("gemm_mxfp8", "cuda_ptx", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
     # NVFP4 GEMM (issue 34): never run on a GPU; its CPU model is tasks/gemm_nvfp4/verify/triton_blackwell_emulate.py.
     ("gemm_nvfp4", "triton", "b200", None, {"tcgen05_block_scale", "tma", "tmem"}),
     ("gemm_nvfp4", "triton", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tma"}),
     ("gemm_nvfp4", "triton", "h100", None, {"wgmma", "tma"}),  # no fp4 MMA: dequantised to fp16 in registers
+    # cuda_ptx NVFP4 (issue 34): never run on a GPU; its CPU model is tasks/gemm_nvfp4/verify/cuda_ptx_blackwell_model.py.
+    ("gemm_nvfp4", "cuda_ptx", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
+                                              "tmem_alloc", "mbarrier"}),
+    ("gemm_nvfp4", "cuda_ptx", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
 ]
 
 
