@@ -35,10 +35,15 @@ def reference(inputs, shape):
 
 INPUT_KINDS = ("normal", "structured")
 # Per-block magnitudes: each 1x128 block of A and each 128x128 block of B is drawn at 2**u times N(0, 1), u uniform in
-# [-SPREAD, SPREAD] (continuous: the scales are no powers of two), then quantised as DeepGEMM's helpers do (scale =
+# CENTER +- SPREAD (continuous: the scales are no powers of two), then quantised as DeepGEMM's helpers do (scale =
 # block amax / 448, value = x / scale rounded to e4m3), so every block's fp8 values reach the format's top (448) and the
 # scales differ from block to block by up to 2**(2 * SPREAD) per operand, 2**(4 * SPREAD) = 65536 for a product.
 SPREAD = 4.0
+# CENTER keeps the outputs' magnitude where atol is a floor, not a limit: near cancellation an honest kernel errs by
+# what its sums of large partials leave (fp32, and on Hopper the fp8 wgmma's ~14 bits inside a 128-block), and at
+# CENTER 0 that reached 0.25 of atol in fp32 alone at 512x512x7168 (median |C| 1.2e3; 2026-12-02, on CPU). At -3 the
+# products are 2**-6 of that (median |C| ~20 at the default K, atol still 1/2000 of it).
+CENTER = -3.0
 
 
 def _quantise(x, rows_per_block):
@@ -58,7 +63,7 @@ def _quantise(x, rows_per_block):
 
 def make_inputs(shape, seed, device, kind="normal"):
     """A, B (e4m3) and SA, SB (fp32), seeded. Kinds:
-    normal: N(0, 1) values, each scale block at its own magnitude 2**u (u uniform in [-4, 4]), quantised per block
+    normal: N(0, 1) values, each scale block at its own magnitude 2**u (u uniform in [-7, 1]), quantised per block
         (scale = amax / 448): a kernel that ignores the scales, uses one per tensor, per row or per K block only, or
         takes another block's, is off by up to 2**16 somewhere.
     structured: as normal, plus a shared offset per row of A and of B (|offset| in [0.5, 2], sign drawn), so the
@@ -84,8 +89,8 @@ def make_inputs(shape, seed, device, kind="normal"):
             return sign * (0.5 + 1.5 * rand(n, 1))
 
         A, B = offsets(M) + 0.5 * A, offsets(N) + 0.5 * B
-    a_mag = torch.exp2(SPREAD * (2 * rand(M, KB) - 1))
-    b_mag = torch.exp2(SPREAD * (2 * rand(NB, KB) - 1))
+    a_mag = torch.exp2(CENTER + SPREAD * (2 * rand(M, KB) - 1))
+    b_mag = torch.exp2(CENTER + SPREAD * (2 * rand(NB, KB) - 1))
     A = A * a_mag.repeat_interleave(BLOCK, dim=1)
     B = B * b_mag.repeat_interleave(BLOCK, dim=0)[:N].repeat_interleave(BLOCK, dim=1)
     A8, SA = _quantise(A, 1)
@@ -185,14 +190,16 @@ TASK = Task(
     ),
     # PTXBench's fp8_gemm_nt_1d2d_n4096_k7168 at M = 4096.
     default_shape={"M": 4096, "N": 4096, "K": 7168},
-    # Measured (python3 benchmarks/fp8_blockscale_precision.py, CPU, 2026-12-01; 10 drawn shapes x 2 seeds per kind):
+    # Measured (python3 benchmarks/fp8_blockscale_precision.py, CPU, 2026-12-01, again 2026-12-02 with CENTER -3:
+    # atol needed 9.4e-6, ratio 0.388; 10 drawn shapes x 2 seeds per kind):
     # an honest kernel (fp32 partial sums per 128-block, scaled, summed in fp32, rounded to bf16) errs against the fp32
     # reference by the bf16 rounding of the output, at most 2**-8 relative (max |err| / |ref| 0.0039 where |ref| >= 1),
     # and near cancellation by what fp32 accumulation leaves (|err| - 0.01 |ref| <= 6e-4): 0.39 of this tolerance at
     # worst. The wrong kernels (scales ignored, averaged, taken from another block; bf16 accumulation) exceed it by
     # orders of magnitude (tests/test_fp8_task.py). rtol 1e-2 leaves 2.5x over the bf16 rounding for Hopper's fp8
     # accumulation inside a 128-block (about 14 bits kept, DeepSeek-V3 report; not measured here); atol 1e-2 is far
-    # below the outputs' typical magnitude (median |C| ~ 100 with these inputs).
+    # below the outputs' typical magnitude (median |C| ~ 20 at the default K with these inputs; CENTER above says why
+    # they sit there, tests/test_block_scaled_depth.py checks it at the default depth).
     tolerance={"atol": 1e-2, "rtol": 1e-2},
     flops=lambda s: 2.0 * s["M"] * s["N"] * s["K"],
     min_bytes=lambda s: (s["M"] * s["K"] + s["N"] * s["K"] + 2.0 * s["M"] * s["N"]
