@@ -64,3 +64,24 @@ def test_model_reads_the_rules_from_the_source(tmp_path):
     rules = MODEL.Rules(MODEL.build_expert(tampered, workdir=tmp_path / "build").load_path)
     assert rules.sb_index(1, 0, 3) == 1
     assert not MODEL.run_cases(rules, cases=CASES[:1], quiet=True)
+
+
+def test_instruction_descriptor_is_the_one_tritons_compiler_emits(rules, tmp_path):
+    # An independent encoder: Triton's Blackwell lowering of the task's Triton expert (tl.dot on 128x128 e4m3 tiles,
+    # BK 128) issues the same tcgen05.mma kind::f8f6f4 M 128 N 128 with an immediate descriptor in its PTX.
+    pytest.importorskip("triton")
+    import re
+
+    from xlang.archs import get_arch
+    from xlang.backend import build_candidate
+    from xlang.task import get_task
+
+    task = get_task("gemm_fp8_blockscale")
+    result = build_candidate(ROOT / "tasks/gemm_fp8_blockscale/solutions/triton.py", "triton", task, get_arch("b200"),
+                             task.shape(), workdir=tmp_path)
+    assert result.ok, result.error
+    ptx = "\n".join(p.read_text() for p in tmp_path.glob("*.ptx"))
+    regs = set(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f8f6f4 \[[^\]]*\], %rd\d+, %rd\d+, (%r\d+)", ptx))
+    assert regs, "no kind::f8f6f4 MMA in Triton's PTX"
+    values = {int(m) for r in regs for m in re.findall(rf"mov\.b32\s+{re.escape(r)}, (\d+);", ptx)}
+    assert values == {rules.idesc()}, f"Triton {sorted(map(hex, values))}, expert {hex(rules.idesc())}"
