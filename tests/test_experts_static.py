@@ -93,6 +93,11 @@ CASES = [
     ("gemm_fp8_blockscale", "triton", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
     ("gemm_fp8_blockscale", "triton", "b200", None, {"tcgen05_f8f6f4", "tma", "tmem"}),
     ("gemm_fp8_blockscale", "cuda_ptx", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg"}),
+    # cuda_ptx 1d2d on Blackwell (issue 34): never run on a GPU; its CPU model is
+    # tasks/gemm_fp8_blockscale/verify/cuda_ptx_blackwell_model.py. kind::f8f6f4, not a block-scaled kind.
+    ("gemm_fp8_blockscale", "cuda_ptx", "b200", None, {"tcgen05_f8f6f4", "tma", "tmem", "tcgen05_commit", "tmem_alloc",
+                                                       "mbarrier", "ffma"}),
+    ("gemm_fp8_blockscale", "cuda_ptx", "b200", "M=77,N=208,K=384", {"tcgen05_f8f6f4", "tma"}),
     ("gemm_mxfp8", "triton", "b200", None, {"tcgen05_block_scale", "tma", "tmem"}),
     ("gemm_mxfp8", "triton", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tma"}),
     # CuTe DSL fp8 experts (issue 34): never run on a GPU; CPU models in tasks/<task>/verify/ (test_fp8_cutedsl_models.py).
