@@ -5,11 +5,15 @@ input kinds, tails in M and N), every injected scale-indexing bug fails, and the
 trace time. The expert has never run on a GPU: these show the scale handling modelled here is right, not that the
 kernel runs."""
 
+import shutil
 from pathlib import Path
 
 import pytest
 
+from xlang.archs import get_arch
+from xlang.backend import build_candidate
 from xlang.candidate import load_module
+from xlang.task import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = load_module(ROOT / "tasks/gemm_nvfp4/verify/cutedsl_blackwell_emulate.py", "nvfp4_cutedsl_blackwell_model")
@@ -56,3 +60,18 @@ def test_the_layout_check_reads_the_experts_own_index_rules(monkeypatch, name, w
 
     monkeypatch.setattr(xlang.candidate, "load_module", load_tampered)
     assert not MODEL.check_layouts()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
+def test_the_expert_is_mxf4nvf4_block_scaled_and_copies_its_scales_with_tcgen05_cp(tmp_path):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    task, arch = get_task("gemm_nvfp4"), get_arch("b200")
+    solution = task.solution("cutedsl", arch.generation, ".py")
+    assert solution.path.name == "cutedsl_blackwell.py"
+    result = build_candidate(solution.text, "cutedsl", task, arch, task.shape(), workdir=tmp_path, cache=False)
+    assert result.ok and result.census.ok, result.error
+    fam = result.census.families
+    assert fam["tcgen05_block_scale"] > 0 and fam["tcgen05_cp"] > 0
+    assert fam["tcgen05_f8f6f4"] == 0 and fam["tcgen05_mma"] == 0
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    assert "kind::mxf4nvf4.block_scale" in ptx and "kind::mxf8f6f4" not in ptx
