@@ -103,6 +103,8 @@ CASES = [
     # CuTe DSL fp8 experts (issue 34): never run on a GPU; CPU models in tasks/<task>/verify/ (test_fp8_cutedsl_models.py).
     ("gemm_fp8_blockscale", "cutedsl", "h100", None, {"wgmma_fp8", "tma", "mbarrier", "setmaxnreg", "stmatrix"}),
     ("gemm_fp8_blockscale", "cutedsl", "h100", "M=77,N=208,K=384", {"wgmma_fp8", "tma"}),
+    ("gemm_fp8_blockscale", "cutedsl", "b200", None, {"tcgen05_f8f6f4", "tma", "tmem", "tcgen05_commit", "tmem_alloc"}),
+    ("gemm_fp8_blockscale", "cutedsl", "b200", "M=77,N=208,K=384", {"tcgen05_f8f6f4", "tma"}),
     ("gemm_mxfp8", "cutedsl", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
                                              "tmem_alloc"}),
     ("gemm_mxfp8", "cutedsl", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
@@ -118,6 +120,11 @@ CASES = [
     ("gemm_nvfp4", "cuda_ptx", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
                                               "tmem_alloc", "mbarrier"}),
     ("gemm_nvfp4", "cuda_ptx", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
+    # CuTe DSL NVFP4 (issue 34, kind::mxf4nvf4 scale_vec::4X, SASS UTCOMMA.4X): never run on a GPU; its CPU model is
+    # tasks/gemm_nvfp4/verify/cutedsl_blackwell_emulate.py (tests/test_nvfp4_cutedsl_model.py).
+    ("gemm_nvfp4", "cutedsl", "b200", None, {"tcgen05_block_scale", "tcgen05_cp", "tma", "tmem", "tcgen05_commit",
+                                             "tmem_alloc"}),
+    ("gemm_nvfp4", "cutedsl", "b200", "M=77,N=208,K=384", {"tcgen05_block_scale", "tcgen05_cp", "tma"}),
 ]
 
 

@@ -1,8 +1,9 @@
-"""The CPU models of the CuTe DSL fp8 experts (issue 34): tasks/gemm_fp8_blockscale/verify/cutedsl_hopper_emulate.py
-and tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py re-enact each expert's tile / K-block loop and scale
+"""The CPU models of the CuTe DSL fp8 experts (issue 34): tasks/gemm_fp8_blockscale/verify/cutedsl_hopper_emulate.py,
+tasks/gemm_fp8_blockscale/verify/cutedsl_blackwell_emulate.py and tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py
+re-enact each expert's tile / K-block loop and scale
 indexing in torch. They match the task's reference at its tolerance on drawn inputs (both input kinds, tails in M
-and N), every injected scale-indexing bug fails, and the layouts the kernels assume hold at trace time. Neither
-expert has run on a GPU: these show the scale handling modelled here is right, not that the kernels run."""
+and N), every injected scale-indexing bug fails, and the layouts the kernels assume hold at trace time. No
+expert of these has run on a GPU: these show the scale handling modelled here is right, not that the kernels run."""
 
 from pathlib import Path
 
@@ -13,7 +14,10 @@ from xlang.candidate import load_module
 ROOT = Path(__file__).resolve().parents[1]
 HOPPER = load_module(ROOT / "tasks/gemm_fp8_blockscale/verify/cutedsl_hopper_emulate.py", "fp8_cutedsl_hopper_model")
 BLACKWELL = load_module(ROOT / "tasks/gemm_mxfp8/verify/cutedsl_blackwell_emulate.py", "fp8_cutedsl_blackwell_model")
-MODELS = {"hopper": HOPPER, "blackwell": BLACKWELL}
+# the 1d2d task's Blackwell expert (tcgen05 kind::f8f6f4 partials promoted in registers): never run on a GPU either
+BLACKWELL_1D2D = load_module(ROOT / "tasks/gemm_fp8_blockscale/verify/cutedsl_blackwell_emulate.py",
+                             "fp8_1d2d_cutedsl_blackwell_model")
+MODELS = {"hopper": HOPPER, "blackwell": BLACKWELL, "blackwell_1d2d": BLACKWELL_1D2D}
 # odd M and N: one partial tile in each (M < 128 rows, N a multiple of 16 only), and a second partial row block of SB
 CASES = (({"M": 7, "N": 272, "K": 384}, 2), ({"M": 130, "N": 144, "K": 256}, 11))
 
@@ -48,6 +52,12 @@ def test_the_blackwell_layout_check_can_fail(monkeypatch):
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
     monkeypatch.setattr(BLACKWELL, "chunk_byte", lambda m, kb: 4 * m + kb)   # row-major words
     assert not BLACKWELL.check_layouts()
+
+
+def test_the_blackwell_1d2d_layout_check_can_fail(monkeypatch):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
+    monkeypatch.setattr(BLACKWELL_1D2D, "thread_row", lambda t: t % 32)   # rows by lane only
+    assert not BLACKWELL_1D2D.check_layouts()
 
 
 @pytest.mark.gpu

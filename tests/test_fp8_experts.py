@@ -72,6 +72,8 @@ def test_the_triton_expert_computes_the_task_under_the_interpreter(tmp_path):
     ("triton", "b200", ("tcgen05_f8f6f4", "tma", "tmem"), ("tcgen05_mma", "tcgen05_block_scale")),
     ("cuda_ptx", "h100", ("wgmma_fp8", "tma", "mbarrier"), ("wgmma",)),
     ("cutedsl", "h100", ("wgmma_fp8", "tma", "mbarrier"), ("wgmma",)),
+    # never run on a GPU: its CPU model is tasks/gemm_fp8_blockscale/verify/cutedsl_blackwell_emulate.py
+    ("cutedsl", "b200", ("tcgen05_f8f6f4", "tma", "tmem"), ("tcgen05_mma", "tcgen05_block_scale", "tcgen05_cp")),
 ])
 def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_name, present, absent, tmp_path):
     from xlang.backend import get_backend
