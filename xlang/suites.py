@@ -78,13 +78,10 @@ def load_file(path: Path, task) -> dict[str, Suite]:
                 if unknown:
                     raise XlangError(f"{path}: suite '{name}' gives '{unknown[0]}', which task {task.name} does not "
                                      "have")
-                shape = {k: int(given.get(k, v)) for k, v in task.default_shape.items()}
-                if task.derived_sizes is not None:  # sizes that follow from the others (decode: MAXP, NP)
-                    shape.update({k: v for k, v in task.derived_sizes(shape).items() if k not in given})
-                try:
-                    task.check_shape(shape)
-                except ValueError as e:
-                    raise XlangError(f"{path}: suite '{name}' shape {_text(shape)} is not allowed: {e}") from None
+                try:  # Task.shape: the defaults fill the rest, derived sizes follow, the task's rules must allow it
+                    shape = task.shape(given)
+                except XlangError as e:
+                    raise XlangError(f"{path}: suite '{name}': {e}") from None
                 shapes.append(SuiteShape(str(item.get("label") or ""), shape))
         out[name] = Suite(name, str(entry.get("title") or name), str(entry.get("source") or ""), tuple(shapes),
                           dict(entry.get("config") or {}))
