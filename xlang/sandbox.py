@@ -27,8 +27,10 @@ import os
 import re
 import shutil
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -96,8 +98,25 @@ def _under(path: str, roots) -> bool:
 
 
 def _checkout_roots() -> list[str]:
-    """Where the repository (or installed package) that holds the experts lives: never shown to a candidate."""
-    return sorted({str(resources.root()), str(resources.PACKAGE_DIR.parent), str(resources.PACKAGE_DIR)})
+    """Where the experts live: never shown to a candidate. In a checkout (and an editable install) its root, which
+    holds tasks/ beside xlang/; in an installed package (a wheel: tasks/ inside xlang/) the package folder alone,
+    since the site folder around it holds the interpreter's other packages, which a jail must show (issue 50)."""
+    if resources.root() == resources.PACKAGE_DIR:
+        return [str(resources.PACKAGE_DIR)]
+    return sorted({str(resources.root()), str(resources.PACKAGE_DIR)})
+
+
+@functools.cache
+def _interpreter_folders() -> frozenset[str]:
+    """The interpreter's own installation and site folders (system, venv, user). A jail binds them even where
+    they hold the package (a wheel's site folder, a venv's prefix: issue 50) or sit inside the checkout (a
+    .venv in it): they hold no experts of their own, and Jail.command covers an xlang inside them with an
+    empty tmpfs."""
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
+    folders |= {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    if site.ENABLE_USER_SITE:
+        folders.add(site.getusersitepackages())
+    return frozenset(os.path.realpath(f) for f in folders)
 
 
 def _names_checkout(path: str) -> bool:
@@ -176,7 +195,8 @@ def _python_roots() -> list[str]:
     nvcc = shutil.which("nvcc")
     if nvcc:
         roots.add(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
-    keep = {os.path.realpath(r) for r in roots if not _names_checkout(r) and os.path.realpath(r) != "/"}
+    keep = {os.path.realpath(r) for r in roots if os.path.realpath(r) != "/"
+            and (os.path.realpath(r) in _interpreter_folders() or not _names_checkout(r))}
     keep = {r for r in keep if not _under(r, [d for d in SYSTEM_DIRS if not os.path.islink(d)])}
     return sorted(r for r in keep if not any(o != r and _under(r, [o]) for o in keep))  # nested: bound with it
 
