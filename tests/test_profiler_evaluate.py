@@ -93,7 +93,7 @@ def test_static_screen_forbidden_call():
 
 
 def test_the_serving_baselines_libraries_are_screened(tmp_path):
-    """FlashInfer is attn_decode_paged's baseline: a candidate importing it (or DeepGEMM) stops at the screen."""
+    """FlashInfer is attn_decode_paged's peer: a candidate importing it (or DeepGEMM) stops at the screen."""
     for lang, text in (("triton", "import flashinfer\n"), ("triton", "from deep_gemm import fp8_gemm_nt\n"),
                        ("cuda_ptx", "#include <flashinfer/attention/decode.cuh>\n")):
         v = ev.evaluate(text, lang, "attn_decode_paged", "h200")

@@ -20,7 +20,8 @@ torch = pytest.importorskip("torch")
 from xlang.backend import get_backend, lang_names  # noqa: E402
 from xlang.profiler.stages.check import compare_inputs, compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
-from tasks.attn_decode_paged import FLASHINFER, GARBAGE, sequence_lengths  # noqa: E402
+from tasks.attn_decode_paged import GARBAGE, csr_pages, sequence_lengths  # noqa: E402
+from tasks.attn_prefill_ragged import FA2_NAME, FALLBACK_NAME, baseline_plan  # noqa: E402
 from tasks.attn_prefill_ragged import sequence_lengths as prefill_lengths  # noqa: E402
 
 DECODE = get_task("attn_decode_paged")
@@ -170,15 +171,31 @@ def test_inputs_holding_nan_are_compared_as_the_judge_copied_them():
     assert compare_inputs(x, after)["input"] == "v_cache"
 
 
-@pytest.mark.skipif(FLASHINFER, reason="FlashInfer is the baseline here")
 def test_decode_sdpa_baseline_computes_the_task_from_the_contracts_sizes():
-    """Without FlashInfer the baseline is torch SDPA over the pages it gathers: on the CPU too. It gets only the
-    contract's sizes, as the runner passes them (xlang.profiler.runner._baseline_entry)."""
+    """The vendor baseline is torch SDPA over the pages it gathers (torch has no paged decode for pages under 256
+    tokens), named as the fallback it is: on the CPU too. It gets only the contract's sizes, as the runner passes
+    them (xlang.profiler.runner._baseline_entry)."""
     for shape in DECODE_SHAPES:
         x = DECODE.make_inputs(shape, 4, "cpu")
         got = DECODE.baseline(x, {k: shape[k] for k in DECODE.contract.sizes})()
         assert not _fails(DECODE, {"out": got.reshape(shape["B"], shape["H"], shape["D"])}, x, shape)
-    assert "flashinfer not installed" in DECODE.baseline_name
+    assert "pages it gathers per call" in DECODE.baseline_name and "256" in DECODE.baseline_name
+
+
+def test_flashinfer_is_decodes_peer_and_its_csr_table_is_the_sequences_pages():
+    """FlashInfer's paged decode is a peer (timed beside the vendor when installed; hidden from candidates), and
+    the CSR table it is planned with holds each sequence's own pages in token order and its last page's tokens."""
+    (peer,) = DECODE.peers
+    assert (peer.name, peer.modules, peer.distributions) == ("flashinfer", ("flashinfer",), ("flashinfer-python",))
+    for shape in DECODE_SHAPES:
+        x = DECODE.make_inputs(shape, 5, "cpu")
+        indptr, indices, last = csr_pages(x["block_table"], x["seq_lens"], shape["P"])
+        assert indptr.dtype == indices.dtype == last.dtype == torch.int32
+        for b, n in enumerate(x["seq_lens"].tolist()):
+            pages = -(-n // shape["P"])
+            assert indptr[b + 1] - indptr[b] == pages
+            assert indices[indptr[b]: indptr[b + 1]].tolist() == x["block_table"][b, :pages].tolist()
+            assert 1 <= last[b] <= shape["P"] and (pages - 1) * shape["P"] + last[b] == n
 
 
 def test_decode_figures_count_only_the_sequences_tokens():
@@ -207,6 +224,18 @@ def test_prefill_lengths_and_offsets_are_ragged_and_shuffled():
     drawn = [s for seed in range(30) for s in PREFILL.draw_shapes(PREFILL.default_shape, random.Random(seed), 5)[1:]]
     assert {s["D"] for s in drawn} == {128, 256} and max(s["T"] for s in drawn) > 8192
     assert PREFILL.flops({"B": 2, "T": 5, "H": 1, "HKV": 1, "D": 128}) == 2 * 128 * (1 + 16)  # lengths 1 and 4
+
+
+def test_prefill_baseline_is_fa2_varlen_where_torch_allows_it_else_per_sequence():
+    """FA2's varlen forward takes every shape the task draws on sm90 (D 128/256, any GQA group); on a GPU its
+    torch build refuses (sm100 here), the baseline says why and falls back per sequence."""
+    drawn = [s for seed in range(10) for s in PREFILL.draw_shapes(PREFILL.default_shape, random.Random(seed), 5)]
+    assert all(baseline_plan(s, (9, 0)) is None and baseline_plan(s, (8, 0)) is None for s in drawn)
+    assert "sm100" in baseline_plan(PREFILL.default_shape, (10, 0))
+    assert baseline_plan(PREFILL.default_shape, (9, 1)) is not None  # sm90 means 9.0 in torch's check
+    assert "head dims" in baseline_plan({**PREFILL.default_shape, "D": 512}, (9, 0))
+    assert FA2_NAME in PREFILL.baseline_name and FALLBACK_NAME in PREFILL.baseline_name
+    assert "key length 1" in FALLBACK_NAME
 
 
 def _prefill(x, shape, bounds, causal=True):

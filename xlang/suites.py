@@ -117,15 +117,41 @@ def _text(shape: dict) -> str:
 
 # ---- one shape's figures and a suite's summary (the judge makes them; reports read them back) -----------------
 
-def roofline_floor_ms(task, shape: dict, figures: dict | None) -> float | None:
-    """The least time the shape can take on an architecture (archs.toml figures: peak dense bf16 TFLOP/s and memory
-    TB/s), as stages.timing's record computes it for the timed shape; None without figures."""
+# A kernel faster than the roofline is suspicious (a flag, not a verdict). The ceilings are the architecture's
+# datasheet figures, tightened where archs.toml has a figure measured on this workplace's GPU: the measured one
+# times ROOFLINE_MARGIN (an honest kernel may beat a measured copy or GEMM a little: a read-only stream moves more
+# than a copy, which reads and writes), never above the datasheet (no kernel beats the hardware).
+ROOFLINE_MARGIN = 1.1
+
+
+def roofline(task, shape: dict, figures: dict | None) -> dict:
+    """The least time the shape can take (archs.toml figures), and why: the larger of the compute floor (the task's
+    FLOPs at the bf16 ceiling) and the memory floor (Task.min_bytes at the bandwidth ceiling), so a memory-bound
+    task (decode: G FLOPs per byte, far under the ridge) is judged by its bytes and never by a FLOP ceiling it
+    cannot reach. -> {floor_ms, bound ("compute" | "memory" | None), compute_floor_ms, memory_floor_ms,
+    tflops_ceiling, bandwidth_ceiling_tbs}; the floors None where a figure or min_bytes is missing."""
     figures = figures or {}
-    peak, bw = figures.get("peak_dense_bf16_tflops"), figures.get("mem_bandwidth_tbs")
-    floors = [task.flops(shape) / (peak * 1e12) * 1e3] if peak else []
-    if bw and task.min_bytes is not None:
-        floors.append(task.min_bytes(shape) / (bw * 1e12) * 1e3)
-    return max(floors) if floors else None
+
+    def ceiling(datasheet: str, measured: str):
+        peak, got = figures.get(datasheet), figures.get(measured)
+        if peak and got:
+            return min(peak, got * ROOFLINE_MARGIN)
+        return peak or None
+
+    tflops, tbs = ceiling("peak_dense_bf16_tflops", "measured_bf16_tflops"), ceiling("mem_bandwidth_tbs",
+                                                                                      "measured_copy_tbs")
+    compute = task.flops(shape) / (tflops * 1e12) * 1e3 if tflops else None
+    memory = task.min_bytes(shape) / (tbs * 1e12) * 1e3 if tbs and task.min_bytes is not None else None
+    floors = {k: v for k, v in (("compute", compute), ("memory", memory)) if v is not None}
+    bound = max(floors, key=floors.get) if floors else None
+    return {"floor_ms": floors[bound] if bound else None, "bound": bound, "compute_floor_ms": compute,
+            "memory_floor_ms": memory, "tflops_ceiling": tflops, "bandwidth_ceiling_tbs": tbs}
+
+
+def roofline_floor_ms(task, shape: dict, figures: dict | None) -> float | None:
+    """The least time the shape can take on an architecture (roofline(): the larger floor), as stages.timing's
+    record computes it for the timed shape; None without figures."""
+    return roofline(task, shape, figures)["floor_ms"]
 
 
 def shape_record(task, label: str, shape: dict, candidate: dict | None, baseline: dict | None,

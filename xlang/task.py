@@ -235,6 +235,10 @@ class Task:
     # The task's shape suites (xlang.suites): a file under the tasks folder, for tasks that share one (the four
     # attention tasks have the same sizes and the same models); "" is the task's own <name>/suites.toml.
     suites_file: str = ""
+    # The baseline that runs at a shape, where that depends on the shape or the GPU (attn_prefill_ragged: FA2's
+    # varlen forward, or its per-sequence fallback): shape -> name, called in the judge (same torch and GPU as the
+    # vendor's process), which the timing record carries. None: baseline_name always.
+    baseline_label: Callable[[dict], str] | None = None
 
     def tolerance_for(self, output: str, kind: str = "normal") -> tuple[float, float]:
         """(atol, rtol) of one output in a trial of input kind `kind`, applied per element as torch.allclose does."""

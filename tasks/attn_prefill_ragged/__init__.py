@@ -11,16 +11,23 @@ rest a random composition of the remaining tokens), so FLOPs and bytes are the s
 their order (so cu_seqlens differs from call to call) and draws the values, with the attention tasks' input kinds
 made per sequence (tasks/_attention.py forward_inputs).
 
-Vendor baseline: cuDNN through torch SDPA (CUDNN_ATTENTION only), one call per sequence on strided views of the
-packed tensors. torch has ragged entry points too, not taken: `torch.nn.attention.varlen.varlen_attn` runs
-FlashAttention kernels, not cuDNN (in torch 2.13 here; whether torch 2.11, the GPU machine's, has it was not
-checked), and the cuDNN kernel with cumulative sequence lengths that torch's jagged nested tensors reach
-(aten::_cudnn_attention_forward with cum_seq_q / cum_seq_k) is a private op that torch allows there only up to
-D = 128. The per-sequence baseline pays one launch per sequence; it has not run on a GPU yet.
+Vendor baseline: FlashAttention-2's varlen forward as torch ships it (torch.ops.aten._flash_attention_forward with
+cu_seqlens for q and k: one launch over the packed batch, causal, GQA), the kernel a user of torch reaches for a
+ragged prefill. Its limits, from torch's copy of FA2 (pytorch/pytorch
+aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp @ef3d5c9, mha_varlen_fwd): sm8x or sm90 only
+("FlashAttention only supports Ampere GPUs or newer": is_sm8x || is_sm90, sm90 meaning 9.0), fp16/bf16,
+cu_seqlens int32, head_size % 8 == 0 and <= 256, num_heads % num_heads_k == 0 (GQA). Its causal mask is aligned
+to the bottom right (mask.h: the right limit is row + 1 + seqlen_k - seqlen_q), which with q_len == kv_len per
+sequence, as here, is the plain causal mask. Every drawn shape (D 128/256, any GQA group) is inside those limits on
+an H100/H200; where a shape or GPU is not (baseline_plan), the baseline falls back per sequence: cuDNN SDPA
+(CUDNN_ATTENTION) for sequences of 2 tokens or more, and SDPA's other backends (flash, efficient, math: torch
+picks) for a 1-token sequence, which cuDNN refuses ("cudnn SDPA does not support key/value sequence length 1.",
+sdp_utils.cpp check_cudnn_tensor_shapes). The verdict's baseline name says which of the two ran (Task.baseline_label).
 """
 
 from __future__ import annotations
 
+import math
 import random
 
 from xlang.task import Contract, Task, TensorArg
@@ -157,9 +164,61 @@ def prefill_reference(q, k, v, cu_seqlens, shape):
     return {"out": out}
 
 
-def _cudnn_per_sequence(inputs, shape):
-    """cuDNN SDPA (CUDNN_ATTENTION only), causal, one call per sequence on [1, heads, n, D] views of the packed
-    tensors; the sequence bounds come from the setup, untimed."""
+def baseline_plan(shape, capability) -> str | None:
+    """Why FA2's varlen forward (as torch ships it) cannot take this shape on a GPU of this compute capability
+    (major, minor), or None when it can: the limits of mha_varlen_fwd (module docstring)."""
+    if tuple(capability) not in ((9, 0),) and capability[0] != 8:
+        return f"torch's FA2 runs on sm8x and sm90 only, not sm{capability[0]}{capability[1]}"
+    if shape["D"] % 8 or shape["D"] > 256:
+        return f"torch's FA2 takes head dims that are multiples of 8 up to 256, not {shape['D']}"
+    if shape["H"] % shape["HKV"]:
+        return "torch's FA2 needs H a multiple of HKV"
+    return None
+
+
+FA2_NAME = "FA2 varlen forward (torch aten._flash_attention_forward, cu_seqlens, causal)"
+FALLBACK_NAME = ("per sequence: cuDNN SDPA causal forward (torch CUDNN_ATTENTION), and SDPA's flash/efficient/math "
+                 "for 1-token sequences (cuDNN refuses key length 1)")
+
+
+def baseline_label(shape) -> str:
+    """The baseline that runs at this shape on this process's GPU (the judge and the vendor's process agree: same
+    torch, same GPU)."""
+    import torch
+
+    why = baseline_plan(shape, torch.cuda.get_device_capability())
+    return FA2_NAME if why is None else f"{FALLBACK_NAME} ({why})"
+
+
+def _prefill_baseline(inputs, shape):
+    import torch
+
+    why = baseline_plan(shape, torch.cuda.get_device_capability())
+    return _fa2_varlen(inputs, shape) if why is None else _per_sequence(inputs, shape)
+
+
+def _fa2_varlen(inputs, shape):
+    """One launch over the packed batch. The longest sequence (max_q = max_k) comes from the setup, untimed, as a
+    serving stack knows it from its scheduler. Positional arguments up to return_debug_mask and scale by name: the
+    same call on torch 2.11 and 2.13 (later arguments, window sizes, seqused_k, block_table, are left at their
+    defaults)."""
+    import torch
+
+    q, k, v, cu = inputs["q"], inputs["k"], inputs["v"], inputs["cu_seqlens"]
+    longest = int((cu[1:] - cu[:-1]).max())
+    scale = 1.0 / math.sqrt(shape["D"])
+    fa2 = torch.ops.aten._flash_attention_forward
+
+    def call():
+        return fa2(q, k, v, cu, cu, longest, longest, 0.0, True, False, scale=scale)[0]
+
+    return call
+
+
+def _per_sequence(inputs, shape):
+    """The fallback: one SDPA call per sequence on [1, heads, n, D] views of the packed tensors (bounds from the
+    setup, untimed); cuDNN for n >= 2, SDPA's other backends for n == 1."""
+    import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -168,11 +227,17 @@ def _cudnn_per_sequence(inputs, shape):
     views = [(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None], v[s:e].transpose(0, 1)[None])
              for s, e in zip(cu[:-1], cu[1:])]
     gqa = shape["H"] != shape["HKV"]
+    cudnn = [SDPBackend.CUDNN_ATTENTION]
+    others = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
-    def call():
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            for qs, ks, vs in views:
-                F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=gqa)
+    out = torch.empty_like(q)
+    rows = [out[s:e].transpose(0, 1)[None] for s, e in zip(cu[:-1], cu[1:])]
+
+    def call():  # each sequence's output copied into the packed layout, as a caller of it would have to
+        for (qs, ks, vs), o in zip(views, rows):
+            with sdpa_kernel(cudnn if qs.shape[2] > 1 else others):
+                o.copy_(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=gqa))
+        return out
 
     return call
 
@@ -192,8 +257,9 @@ TASK = Task(
                                                       shape),
     shown_reference=(prefill_reference, forward_reference, _scores, _chunks),
     reference_call="outputs = prefill_reference(q, k, v, cu_seqlens, shape)  # -> out",
-    baseline=_cudnn_per_sequence,
-    baseline_name="cuDNN SDPA causal forward per sequence (torch CUDNN_ATTENTION)",
+    baseline=_prefill_baseline,
+    baseline_name=f"{FA2_NAME}; where torch's FA2 cannot take the shape, {FALLBACK_NAME}",
+    baseline_label=baseline_label,
     draw_shape=draw_shape,
     draw_first=lambda rng, shape, fixed: draw_shape(rng, shape, fixed, long=True),
     check_shape=check_shape,

@@ -267,8 +267,14 @@ def _ok_detail(verdict: V.Verdict, required) -> str:
     parts.append(gpu_compute_text(e))
     t = verdict.timing or {}
     if t.get("speedup"):
-        parts.append(f"{t['speedup']:.3f}x {t['baseline_name']} ({t['tflops']:.0f} vs {t['baseline_tflops']:.0f} TFLOP/s)"
-                     + (" [BEYOND ROOFLINE: suspicious]" if t.get("beyond_roofline") else ""))
+        rate = (f"{t['gbps']:.0f} vs {t['baseline_gbps']:.0f} GB/s, {t['bandwidth_fraction']:.0%} of the bandwidth"
+                if t.get("roofline_bound") == "memory" and t.get("gbps") and t.get("baseline_gbps")
+                and t.get("bandwidth_fraction") else f"{t['tflops']:.0f} vs {t['baseline_tflops']:.0f} TFLOP/s")
+        parts.append(f"{t['speedup']:.3f}x {t['baseline_name']} ({rate})"
+                     + (f" [BEYOND ROOFLINE ({t.get('roofline_bound') or 'compute'} floor): suspicious]"
+                        if t.get("beyond_roofline") else ""))
+    if t.get("baseline_error"):
+        parts.append(t["baseline_error"])
     best = t.get("best_peer")
     if best and best.get("speedup"):
         parts.append(f"{best['speedup']:.3f}x {best['display']} (the fastest peer)")

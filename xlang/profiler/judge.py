@@ -141,16 +141,9 @@ def run_check(ctx, progress) -> dict:
         runner = None
         # The vendor runs with no candidate process alive: wait until the GPU lists only us.
         alone = _wait_alone(progress, spec.get("gpu_index") or 0)
-        vendor_runner.start({"op": "vendor", "task": task.name, "device": "cuda"})
-        try:
-            base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor", verify_n=0)
-            base_suite = [time_calls(ctx, vendor_runner, vendor_observer, None, s["shape"], progress,
-                                     f"vendor at {s['label']} {format_shape(s['shape'])}", verify_n=0)
-                          for s in suite["shapes"]] if suite else []
-        finally:
-            vendor_runner.close()
-            vendor_runner = None
-        result["timing"] = _timing_record(ctx, shape, cand, base, others, alone)
+        base, base_suite, baseline_error = time_vendor(ctx, vendor_runner, vendor_observer, shape, suite, progress)
+        vendor_runner = None  # time_vendor closed it
+        result["timing"] = _timing_record(ctx, shape, cand, base, others, alone, baseline_error)
         result["timed_call_kernels"] = cand.get("call_kernels")
         result["timed_first_call_kernels"] = cand.get("first_call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
@@ -163,6 +156,32 @@ def run_check(ctx, progress) -> dict:
         for r in (runner, vendor_runner):
             if r is not None:
                 r.kill()
+
+
+def time_vendor(ctx, vendor_runner, vendor_observer, shape: dict, suite: dict | None, progress):
+    """The vendor baseline timed at the timed shape, then at each suite shape, in its own process (closed here).
+    -> (its timing at the shape or None, its timings at the suite shapes it got through, the failure or None). A
+    failure of the baseline (its load, a call that raises, a fault, a timeout) is the baseline's: it is recorded,
+    named, in the timing record (baseline_error), the candidate's figures stand and its speedup is None; it never
+    becomes the candidate's verdict (the runner's errors name "the candidate": here they are the vendor's)."""
+    task = ctx["task"]
+    base, base_suite, where = None, [], f"at the timed shape {format_shape(shape)}"
+    try:
+        vendor_runner.start({"op": "vendor", "task": task.name, "device": "cuda"})
+        base = time_calls(ctx, vendor_runner, vendor_observer, None, shape, progress, "vendor", verify_n=0)
+        for s in (suite or {}).get("shapes", []):
+            where = f"at suite shape {s['label']} {format_shape(s['shape'])}"
+            base_suite.append(time_calls(ctx, vendor_runner, vendor_observer, None, s["shape"], progress,
+                                         f"vendor at {s['label']} {format_shape(s['shape'])}", verify_n=0))
+    except (Outcome, CandidateError, RunnerGone) as e:
+        name = task.baseline_label(shape) if task.baseline_label is not None else task.baseline_name
+        detail = getattr(e, "detail", None) or str(e)
+        progress(f"vendor baseline failed {where}")
+        return base, base_suite, (f"the vendor baseline ({name}) failed {where}, so nothing is compared with it "
+                                  f"there (the baseline's failure, not the candidate's): {detail[:1500]}")
+    finally:
+        vendor_runner.close()
+    return base, base_suite, None
 
 
 def run(spec: dict, progress) -> dict:

@@ -62,6 +62,7 @@ def peer_record(task, shape: dict, peer: dict, timed: dict, candidate_ms: float,
     flops = task.flops(shape)
     return {"name": peer["name"], "display": peer.get("display", peer["name"]), "ran": True, "ms": ms,
             "tflops": _tflops(flops, ms),
+            "gbps": task.min_bytes(shape) / (ms * 1e-3) / 1e9 if task.min_bytes is not None and ms > 0 else None,
             "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
             "method": timed["method"], "stats": timed["stats"], "wall_stats": timed.get("wall_stats"),
             "power": timed.get("power"), "profile": timed.get("profile"), "alone": alone}

@@ -202,34 +202,47 @@ def _tflops(flops: float, ms: float) -> float | None:
     return flops / (ms * 1e-3) / 1e12 if ms > 0 else None
 
 
-def _timing_record(ctx, shape, cand, base, others, alone) -> dict:
+def _per_s(amount, ms: float | None, unit: float) -> float | None:
+    return amount / (ms * 1e-3) / unit if amount is not None and ms else None
+
+
+def _timing_record(ctx, shape, cand, base, others, alone, baseline_error: str | None = None) -> dict:
+    """The timed shape's record. base None: the vendor baseline failed (baseline_error says how, naming it); the
+    candidate's figures stand and its speedup is None (a baseline's failure is never the candidate's)."""
     from xlang.archs import get_arch
+    from xlang.suites import roofline
 
     task = ctx["task"]
     flops = task.flops(shape)
-    c_ms, b_ms = cand["stats"]["median_ms"], base["stats"]["median_ms"]
+    nbytes = task.min_bytes(shape) if task.min_bytes is not None else None
+    c_ms = cand["stats"]["median_ms"]
+    b_ms = base["stats"]["median_ms"] if base else None
     arch = get_arch(ctx["spec"]["arch"])
-    peak = arch.figures.get("peak_dense_bf16_tflops")
-    bw = arch.figures.get("mem_bandwidth_tbs")
-    floors = [flops / (peak * 1e12) * 1e3] if peak else []
-    if bw and task.min_bytes is not None:
-        floors.append(task.min_bytes(shape) / (bw * 1e12) * 1e3)
-    floor = max(floors) if floors else None
+    roof = roofline(task, shape, arch.figures)
+    floor = roof["floor_ms"]
+    datasheet_tbs = arch.figures.get("mem_bandwidth_tbs")
+    gbps = _per_s(nbytes, c_ms, 1e9)
     me = os.getpid()
     extra = [p for p in (others or []) if p != me]
     return {
         "method": cand["method"], "shape": shape, "seed": ctx["spec"]["timing"].get("seed"),
-        "candidate_ms": c_ms, "baseline_ms": b_ms, "candidate": cand["stats"], "baseline": base["stats"],
-        "candidate_wall": cand["wall_stats"], "baseline_wall": base["wall_stats"],
-        "candidate_power": cand.get("power"), "baseline_power": base.get("power"),
-        "candidate_profile": cand.get("profile"), "baseline_profile": base.get("profile"),
-        "candidate_host": cand.get("host"), "baseline_host": base.get("host"),
+        "candidate_ms": c_ms, "baseline_ms": b_ms, "candidate": cand["stats"], "baseline": base["stats"] if base else None,
+        "candidate_wall": cand["wall_stats"], "baseline_wall": base["wall_stats"] if base else None,
+        "candidate_power": cand.get("power"), "baseline_power": (base or {}).get("power"),
+        "candidate_profile": cand.get("profile"), "baseline_profile": (base or {}).get("profile"),
+        "candidate_host": cand.get("host"), "baseline_host": (base or {}).get("host"),
         "rest_ms": ctx["spec"]["timing"].get("rest_ms", 0.0),
-        "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"]},
-        "baseline_name": task.baseline_name,
-        "speedup": b_ms / c_ms if c_ms > 0 else None,
-        "tflops": _tflops(flops, c_ms), "baseline_tflops": _tflops(flops, b_ms),
-        "flops": flops, "roofline_floor_ms": floor, "beyond_roofline": bool(floor is not None and c_ms < floor),
+        "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"] if base else []},
+        "baseline_name": task.baseline_label(shape) if task.baseline_label is not None else task.baseline_name,
+        "baseline_error": baseline_error,
+        "speedup": b_ms / c_ms if c_ms > 0 and b_ms else None,
+        "tflops": _tflops(flops, c_ms), "baseline_tflops": _tflops(flops, b_ms) if b_ms else None,
+        # Memory-bound tasks are read in GB/s (Task.min_bytes over the median) against the bandwidth
+        "min_bytes": nbytes, "gbps": gbps, "baseline_gbps": _per_s(nbytes, b_ms, 1e9),
+        "bandwidth_fraction": gbps / (datasheet_tbs * 1e3) if gbps and datasheet_tbs else None,
+        "flops": flops, "roofline_floor_ms": floor, "roofline_bound": roof["bound"],
+        "roofline_ceilings": {"tflops": roof["tflops_ceiling"], "tbs": roof["bandwidth_ceiling_tbs"]},
+        "beyond_roofline": bool(floor is not None and c_ms < floor),
         "gpu_processes_during_candidate": len(extra) if others is not None else None,
         "vendor_alone": alone,
     }

@@ -1,0 +1,115 @@
+"""The timed shape's record (stages/timing.py _timing_record) and the vendor's timing in the judge (judge.time_vendor)
+on the CPU, with the timings injected at the function boundary (what time_calls returns): GB/s for memory-bound
+tasks, the roofline flag by whichever floor is larger (bytes at the bandwidth ceiling, FLOPs at the compute
+ceiling, measured ceilings with a margin, never above the datasheet's), and a failing vendor baseline recorded as
+the baseline's, named, never as the candidate's verdict (issue 47, items 2 and 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from xlang.archs import get_arch
+from xlang.profiler import judge
+from xlang.profiler.stages.process import Outcome, RunnerGone
+from xlang.profiler.stages.timing import _timing_record
+from xlang.suites import ROOFLINE_MARGIN, roofline
+from xlang.task import get_task
+
+DECODE = get_task("attn_decode_paged")
+GEMM = get_task("gemm")
+
+
+def _timed(ms: float) -> dict:
+    stats = {"median_ms": ms}
+    return {"stats": stats, "wall_stats": stats, "method": "cupti_kernel_span", "verified_calls": [1]}
+
+
+def _ctx(task, arch="h200") -> dict:
+    return {"task": task, "spec": {"arch": arch, "timing": {"seed": 1}}}
+
+
+def test_decode_is_judged_by_its_bytes_against_the_measured_bandwidth():
+    shape = DECODE.default_shape
+    figures = get_arch("h200").figures
+    roof = roofline(DECODE, shape, figures)
+    # the ceilings: the measured figures times the margin, capped by the datasheet's
+    assert roof["bandwidth_ceiling_tbs"] == pytest.approx(min(4.8, 4.3 * ROOFLINE_MARGIN))
+    assert roof["tflops_ceiling"] == pytest.approx(min(989, 815 * ROOFLINE_MARGIN))
+    assert roof["bound"] == "memory" and roof["memory_floor_ms"] > 20 * roof["compute_floor_ms"]
+    floor = roof["floor_ms"]
+    assert floor == pytest.approx(DECODE.min_bytes(shape) / (roof["bandwidth_ceiling_tbs"] * 1e12) * 1e3)
+
+    honest = _timing_record(_ctx(DECODE), shape, _timed(1.05 * floor), _timed(4 * floor), [], None)
+    assert not honest["beyond_roofline"] and honest["roofline_bound"] == "memory"
+    assert honest["gbps"] == pytest.approx(DECODE.min_bytes(shape) / (1.05 * floor * 1e-3) / 1e9)
+    assert honest["baseline_gbps"] == pytest.approx(honest["gbps"] * 1.05 / 4)
+    assert honest["bandwidth_fraction"] == pytest.approx(honest["gbps"] / 4800)
+    assert honest["speedup"] == pytest.approx(4 / 1.05)
+
+    # faster than its bytes allow (far above any FLOP floor): flagged, by the memory floor
+    fast = _timing_record(_ctx(DECODE), shape, _timed(0.9 * floor), _timed(4 * floor), [], None)
+    assert fast["beyond_roofline"] and fast["roofline_bound"] == "memory"
+
+
+def test_a_compute_bound_gemm_is_judged_by_its_flops():
+    shape = {"M": 8192, "N": 8192, "K": 8192}
+    roof = roofline(GEMM, shape, get_arch("h200").figures)
+    assert roof["bound"] == "compute"
+    rec = _timing_record(_ctx(GEMM), shape, _timed(0.95 * roof["floor_ms"]), _timed(roof["floor_ms"] * 2), [], None)
+    assert rec["beyond_roofline"] and rec["roofline_bound"] == "compute"
+    assert not _timing_record(_ctx(GEMM), shape, _timed(1.01 * roof["floor_ms"]), _timed(2.0), [], None)["beyond_roofline"]
+
+
+def test_without_measured_figures_the_datasheet_is_the_ceiling():
+    figures = get_arch("h100").figures  # no measured_* figures for the H100
+    roof = roofline(DECODE, DECODE.default_shape, figures)
+    assert roof["bandwidth_ceiling_tbs"] == figures["mem_bandwidth_tbs"]
+    assert roof["tflops_ceiling"] == figures["peak_dense_bf16_tflops"]
+
+
+def test_a_failed_baseline_leaves_the_candidates_figures_and_no_speedup():
+    shape = DECODE.default_shape
+    rec = _timing_record(_ctx(DECODE), shape, _timed(0.5), None, [], None, baseline_error="the vendor baseline failed")
+    assert rec["candidate_ms"] == 0.5 and rec["baseline_ms"] is None and rec["speedup"] is None
+    assert rec["baseline_error"] == "the vendor baseline failed" and rec["gbps"] > 0 and rec["baseline_gbps"] is None
+
+
+class _Vendor:
+    def __init__(self):
+        self.closed, self.hellos = False, []
+
+    def start(self, hello):
+        self.hellos.append(hello)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("error", [Outcome("runtime_error", "the candidate's call failed: RuntimeError: No available kernel"),
+                                   RunnerGone("no answer within 120 s", timed_out=True)])
+def test_a_vendor_that_fails_is_the_baselines_failure_named(monkeypatch, error):
+    calls = []
+
+    def fake_time_calls(ctx, runner, observer, prov, shape, progress, who, verify_n=None, deadline=None):
+        calls.append(who)
+        if len(calls) == 2:  # the timed shape went through; the first suite shape fails
+            raise error
+        return _timed(1.0)
+
+    monkeypatch.setattr(judge, "time_calls", fake_time_calls)
+    ctx = {"task": get_task("attn_decode_paged"), "spec": {}}
+    vendor = _Vendor()
+    suite = {"shapes": [{"label": "a", "shape": {"B": 2}}, {"label": "b", "shape": {"B": 3}}]}
+    base, base_suite, failed = judge.time_vendor(ctx, vendor, None, {"B": 1}, suite, lambda text: None)
+    assert vendor.closed and vendor.hellos == [{"op": "vendor", "task": "attn_decode_paged", "device": "cuda"}]
+    assert base == _timed(1.0) and base_suite == [] and len(calls) == 2
+    assert failed.startswith(f"the vendor baseline ({ctx['task'].baseline_name}) failed at suite shape a B=2")
+    assert "the baseline's failure, not the candidate's" in failed and str(error) in failed
+
+
+def test_a_vendor_that_runs_gives_every_timing_and_no_failure(monkeypatch):
+    monkeypatch.setattr(judge, "time_calls", lambda *a, **k: _timed(2.0))
+    vendor = _Vendor()
+    out = judge.time_vendor({"task": DECODE, "spec": {}}, vendor, None, {"B": 1},
+                            {"shapes": [{"label": "a", "shape": {"B": 2}}]}, lambda text: None)
+    assert out == (_timed(2.0), [_timed(2.0)], None) and vendor.closed
