@@ -34,7 +34,7 @@ def _options(command) -> set[str]:
     return names
 
 
-def _resolve(words: list[str]) -> tuple[list[str], click.Command] | None:
+def _resolve(words: list[str]) -> tuple[list[str], object] | None:
     command = _tree()
     path = []
     for w in words:
