@@ -85,7 +85,7 @@ def test_rejudge_marks_failures_and_shows_figures_at_120_columns(tmp_path):
     assert "✗ gemm · triton · b200: compile_error" in r.output
     assert "✓ gemm · triton · b200: static_ok" in r.output
     assert not re.search(r"✓ [^\n]*: (compile_error|missing_instructions)", r.output)
-    assert "✓ passed (ok, static_ok) · ✗ finished but failed · ○ no verdict" in r.output
+    assert "✓ passed (ok, static_ok) · ✗ finished but failed · static_ok: built" in r.output  # the marks shown
 
     r = runner.invoke(app, ["rejudge", str(old), "--profiler", "none", "--store", str(new)], env=env)
     assert r.exit_code == 0, r.output
@@ -103,3 +103,4 @@ def test_a_missing_expert_is_no_verdict(tmp_path):
                                  "--store", str(tmp_path / "r.db")], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "○ attn_decode_paged · gluon · b200: missing" in r.output and "✓ attn_decode_paged" not in r.output
+    assert "○ no verdict (not run, missing, harness_error)" in r.output and "✓ passed" not in r.output

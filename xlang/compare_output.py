@@ -62,20 +62,25 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
         console.print(keep_words(table, console))
     for text, mark in notes.items():
         console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
-    console.print(legend_line(), highlight=False)
+    column = {c: i for i, c in enumerate(display.columns)}
+    legend = legend_line({row[column[tables.COL_MARK]] for row in rows}, {row[column[tables.COL_VERDICT]] for row in rows})
+    if legend:
+        console.print(legend, highlight=False)
     for line in provenance.runtime_banners(result.dataset):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
     print_suites(result.dataset, console)
 
 
-def legend_line() -> str:
-    """The marks and the words the table uses unexplained, in one line under it (xlang.report.marks)."""
+def legend_line(shown: set[str], verdicts: set[str]) -> str:
+    """The marks the table shows, and static_ok where it does, defined in one line under it (xlang.report.marks)."""
     from xlang.report import marks
 
     text = {marks.PASS: "passed (ok, static_ok)", marks.FAIL: "finished but failed",
             marks.NONE: f"no verdict (not run, missing, {marks.HARNESS_ERROR})"}
-    return ("[dim]" + " · ".join(f"{marks.MARKS[o]} {t}" for o, t in text.items())
-            + " · static_ok: built with the required families in its SASS, no GPU of the arch ran it[/dim]")
+    parts = [f"{marks.MARKS[o]} {t}" for o, t in text.items() if marks.MARKS[o] in shown]
+    if any("static_ok" in v for v in verdicts):
+        parts.append("static_ok: built with the required families in its SASS, no GPU of the arch ran it")
+    return "[dim]" + " · ".join(parts) + "[/dim]" if parts else ""
 
 
 def print_suites(dataset, console) -> None:
