@@ -447,7 +447,7 @@ def _mark(state: str, categories) -> str:
     """A finished cell's mark (xlang.report.marks): ✓ every sample passed (ok, static_ok), ✗ a sample finished
     with a failing verdict (compile_error, missing_instructions, ...), ○ no verdict (not run, a missing expert, a
     run stopped short, harness_error). Plain characters, so a log without colour still tells them apart."""
-    from xlang.report import marks
+    from xlang.report import marks  # lazy, as the report imports below: pandas only once a cell is done
 
     return marks.mark(marks.worst(categories) if state == "done" else marks.NONE, rich=True)
 

@@ -73,7 +73,7 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
 
 def legend_line(shown: set[str], verdicts: set[str]) -> str:
     """The marks the table shows, and static_ok where it does, defined in one line under it (xlang.report.marks)."""
-    from xlang.report import marks
+    from xlang.report import marks  # lazy, as in print_table: the report package imports pandas
 
     text = {marks.PASS: "passed (ok, static_ok)", marks.FAIL: "finished but failed",
             marks.NONE: f"no verdict (not run, missing, {marks.HARNESS_ERROR})"}
