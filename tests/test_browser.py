@@ -85,3 +85,43 @@ def test_report_tables_fit_the_page(tmp_path, width):
     scrolls = re.search(r'data-page-scrolls="([^"]*)"', dom.stdout)
     assert wide and scrolls, "the page's load script did not run"
     assert wide.group(1) == "" and scrolls.group(1) == "false", (width, wide.group(1))
+
+
+def test_report_at_1024px_scrolls_tables_not_the_page_and_has_its_legend(tmp_path):
+    """At 1024 px (issue 48) the per-cell and SASS-mix tables are wider than the page: each sits in a box that
+    scrolls sideways, so the page itself never does (its scrollWidth is the window's), and every table of the page
+    is inside such a box. The legend that defines the marks, static_ok and "not run" is on the page; a screenshot
+    at that width is taken and is not blank."""
+    from xlang.report import marks
+
+    browser = _chromium()
+    rep = write_report(from_records(records(), [{"host": "test-box"}], source="test"), tmp_path / "report")
+    url = rep.index.resolve().as_uri()
+    dom = _run(browser, tmp_path, "--window-size=1024,1000", "--virtual-time-budget=10000", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+
+    def attr(name: str) -> str:
+        m = re.search(rf'data-{name}="([^"]*)"', dom.stdout)
+        assert m, f"the page's load script did not set data-{name}"
+        return m.group(1)
+
+    assert int(attr("inner-width")) == 1024
+    assert int(attr("scroll-width")) <= int(attr("inner-width")), "the page scrolls sideways at 1024 px"
+    assert attr("page-scrolls") == "false"
+    assert attr("tables-outside-scroll") == "0"
+    assert int(attr("tables")) > 5 and attr("tables-in-scroll") == attr("tables"), "a table outside a scroll box"
+    assert attr("wide-tables") != "", "no table is wider than 1024 px: this test no longer tests the scroll boxes"
+    assert int(attr("legend")) == len(marks.legend())
+    for term, _ in marks.legend():
+        assert f"<dt>{term}</dt>" in dom.stdout
+    assert "static_ok" in dom.stdout and "not run" in dom.stdout
+
+    shot = tmp_path / "report-1024.png"
+    res = _run(browser, tmp_path, "--window-size=1024,1600", f"--screenshot={shot}", "--virtual-time-budget=10000",
+               url)
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))
+    assert pixels.shape[:2] == (1600, 1024)
+    assert (pixels[..., :3].mean(axis=2) < 0.9).mean() > 0.03

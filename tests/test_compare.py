@@ -155,8 +155,8 @@ def test_a_new_harness_names_new_cell_runs(monkeypatch):
 
 
 def test_a_missing_expert_is_marked_apart_from_a_finished_cell(tmp_path):
-    """A cell with no expert solution (Gluon has no paged decode) is printed with '–', not the '✓' of a
-    cell whose run finished, so a log without colour does not read it as judged; nothing is judged for it."""
+    """A cell with no expert solution (Gluon has no paged decode) is printed with '○' (no verdict), not the '✓'
+    of a passing cell, so a log without colour does not read it as judged; nothing is judged for it."""
     from rich.console import Console
 
     from xlang.compare import run_compare
@@ -166,6 +166,6 @@ def test_a_missing_expert_is_marked_apart_from_a_finished_cell(tmp_path):
     with open(out, "w") as f:
         result = run_compare(cfg, Console(file=f, width=200, no_color=True), progress=False)
     text = out.read_text()
-    assert "– attn_decode_paged · gluon · b200: missing: no expert solution" in text, text
+    assert "○ attn_decode_paged · gluon · b200: missing: no expert solution" in text, text
     assert "✓ attn_decode_paged · gluon" not in text
     assert bool(result.stats.iloc[0]["missing"])

@@ -125,3 +125,41 @@ def test_fail_on_sets_the_exit_code(stores):
                          ).exit_code == 0
     r = runner.invoke(app, ["diff", a, b, "--fail-on", "faster"])
     assert r.exit_code != 0 and "unknown rule" in str(r.exception or r.output)
+
+
+def test_unmatched_stores_are_refused_or_fail_unless_allowed(stores, tmp_path):
+    """Issue 48: two stores of other architectures matched 0 of their candidates, printed "nvcc V13.0.88 -> ," and
+    exited 0. Nothing matched: refused (XlangError, exit 2 from the command line) unless --allow-unmatched; some
+    unmatched: the diff is written, a line says so, exit 1 unless --allow-unmatched."""
+    from xlang.cli import app
+    from xlang.diff import diff
+    from xlang.errors import XlangError
+
+    a, b = stores
+    h100 = tmp_path / "h100.db"
+    _store(h100, "3.9.0", [("gemm", "h100", "expert code", "reference",
+                            _verdict("ok", "h100", {"wgmma": 8, "tma": 4}, {"HGMMA": 8}, 128, _timing(0.9),
+                                     version="3.9.0", required=("wgmma", "tma")))])
+    (text,) = diff(a, h100).sentences()
+    assert "-> ," not in text and "0/5 candidates matched" in text and "(nothing matched)" in text
+    runner = CliRunner()
+    r = runner.invoke(app, ["diff", str(a), str(h100)])
+    assert r.exit_code != 0 and isinstance(r.exception, XlangError)
+    assert "0 of 5 candidates" in str(r.exception) and "--allow-unmatched" in str(r.exception)
+    assert runner.invoke(app, ["diff", str(a), str(h100), "--allow-unmatched"]).exit_code == 0
+
+    part = tmp_path / "part.db"  # the new store holds 2 of the old store's 5 candidates
+    _store(part, "3.9.0", [("gemm", "b200", "expert code", "reference",
+                            _verdict("ok", "b200", {"tcgen05_mma": 8, "tma": 4}, {"UTCHMMA": 8}, 120, _timing(0.99),
+                                     version="3.9.0")),
+                           ("gemm", "b200", "cand A", "m",
+                            _verdict("ok", "b200", {"tcgen05_mma": 8, "tma": 4}, {"UTCHMMA": 8}, 96, _timing(0.5),
+                                     version="3.9.0"))])
+    r = runner.invoke(app, ["diff", str(a), str(part)])
+    assert r.exit_code == 1 and "2 of 5 candidates" in r.output and "3 of the old store" in r.output, r.output
+    assert runner.invoke(app, ["diff", str(a), str(part), "--allow-unmatched"]).exit_code == 0
+    from xlang.cli import main
+
+    with pytest.raises(SystemExit) as e:  # the command line's own exit code for the refusal
+        main(["diff", str(a), str(h100)])
+    assert e.value.code == 2

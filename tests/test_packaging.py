@@ -31,7 +31,8 @@ def test_every_xlang_subpackage_is_declared():
 
 def test_readme_two_commands_pick_the_cpu_torch_on_a_cpu_box():
     """README's "Two commands" are the only commands there, and each picks the CPU build of torch by itself on a
-    machine without a GPU (a CPU user who copies only them must not get the CUDA build): issue 37."""
+    machine without a GPU (a CPU user who copies only them must not get the CUDA build): issue 37; only where the
+    CPU index answers within a few seconds, never retrying it for minutes where it cannot be reached (issue 48)."""
     import re
 
     text = (ROOT / "README.md").read_text()
@@ -41,3 +42,5 @@ def test_readme_two_commands_pick_the_cpu_torch_on_a_cpu_box():
     for cmd in commands:
         assert cmd.count("\n") == 1 and "pip install -e" in cmd, cmd
         assert "nvidia-smi" in cmd and "--extra-index-url https://download.pytorch.org/whl/cpu" in cmd, cmd
+        probe = re.search(r"urlopen\('(https://download\.pytorch\.org/whl/cpu/?)', timeout=(\d+)\)", cmd)
+        assert probe and int(probe.group(2)) <= 5, cmd  # the index is used only when it answered this probe

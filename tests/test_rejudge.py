@@ -77,3 +77,30 @@ def test_a_build_stopped_by_its_limit_is_told_apart_from_a_compile_error(monkeyp
     result = build_candidate(code, "triton", get_task("gemm"), get_arch("h100"), cache=False)
     assert not result.ok and build_timed_out(result.error), result.error
     assert not build_timed_out("error: identifier \"wgmma\" is undefined")
+
+
+def test_task_filters_the_experts_and_stores_as_the_readme_says(tmp_path):
+    """README's `xlang rejudge experts tests/kernels/triton --task gemm --langs triton,gluon --arch h100,b200` judged
+    all 44 expert cells (issue 48): --task is the candidate files' task and, for the experts and a store's runs, a
+    filter. The README line plans the gemm experts in triton and gluon and the two files, for both archs: 8 cells."""
+    from typer.testing import CliRunner
+
+    from xlang.cli import app
+    from xlang.compare import CompareConfig
+    from xlang.rejudge import plan_cells, sources
+
+    cfg = CompareConfig(archs=["h100", "b200"], langs=["triton", "gluon"])
+    cells = plan_cells(cfg, sources(["experts", str(ROOT / "tests/kernels/triton")], ["h100", "b200"],
+                                    ["triton", "gluon"], [], "gemm", None))
+    assert {c[0] for c in cells} == {"gemm"} and len(cells) == 8, [c[:3] for c in cells]
+    assert sorted({(c[1], c[2]) for c in cells}) == [("gluon", "b200"), ("gluon", "h100"), ("triton", "b200"),
+                                                     ("triton", "h100")]
+    store = tmp_path / "old.db"
+    r = CliRunner().invoke(app, ["rejudge", "experts", "--task", "gemm", "--langs", "triton", "--arch", "b200",
+                                 "--profiler", "none", "--store", str(store)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "1 cells (one per stored run, candidate file or expert, across 1 task(s)" in r.output
+    assert "✓ gemm · triton · b200: static_ok" in r.output
+    # ... and the store's runs judged again are filtered the same way
+    cells = plan_cells(cfg, sources([str(store)], [], [], [], "attn_fwd", None))
+    assert cells == []

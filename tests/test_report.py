@@ -69,7 +69,9 @@ def test_display_says_missing_and_not_run(ds):
     assert row["correct"] == NOT_RUN and row[tables.COL_SPEED] == NOT_RUN and row[tables.COL_SPEED_ALL] == NOT_RUN
     assert row[tables.COL_STATIC] == "100% (1/1)"
     missing = display[(display.task == "attn_fwd") & (display.lang == "cuda_ptx")].iloc[0]
-    assert set(missing.drop(["task", "arch", "lang", "n"])) == {"missing"}
+    assert set(missing.drop(["task", "arch", "lang", "n", tables.COL_MARK])) == {"missing"}
+    assert missing[tables.COL_MARK] == "○"  # no verdict: neither the ✓ of a pass nor the ✗ of a failure
+    assert (row[tables.COL_MARK], row[tables.COL_VERDICT]) == ("✓", "static_ok")
     t = display[(display.task == "gemm") & (display.arch == "h100") & (display.lang == "triton")].iloc[0]
     assert t["correct"] == "100% (2/2) [34–100%]" and t[tables.COL_SPEED].startswith("1.10× (2/2) [")
     # Order: task, then arch in registry order (h100 before b200), then language (triton, cuda_ptx, cutedsl).

@@ -431,10 +431,10 @@ def _run_on_ray(cfg: CompareConfig, todo: list[Cell], console, progress: bool) -
             for future in done:
                 cell = futures[future]
                 result, seconds = future.result()
-                state, text = _summarise(result)
+                state, text, cats = _summarise(result)
                 outcomes.append(CellOutcome(cell, state, seconds, text))
                 bar.advance(overall)
-                console.print(f"{_mark(state)} {cell_label(cell)}: {text} "
+                console.print(f"{_mark(state, cats)} {cell_label(cell)}: {text} "
                               f"[dim]({seconds:.1f} s)[/dim]", highlight=False)
     snap = scaleout.MONITOR.snapshot()
     if snap["done"]:
@@ -443,19 +443,21 @@ def _run_on_ray(cfg: CompareConfig, todo: list[Cell], console, progress: bool) -
     return outcomes
 
 
-def _mark(state: str) -> str:
-    """A finished cell's mark: ✓ its run finished (its verdicts follow), – no candidate to judge (missing
-    expert), ! stopped short. Plain characters, so a log without colour still tells them apart."""
-    mark, colour = {"done": ("✓", "green"), "missing": ("–", "dim")}.get(state, ("!", "yellow"))
-    return f"[{colour}]{mark}[/{colour}]"
+def _mark(state: str, categories) -> str:
+    """A finished cell's mark (xlang.report.marks): ✓ every sample passed (ok, static_ok), ✗ a sample finished
+    with a failing verdict (compile_error, missing_instructions, ...), ○ no verdict (not run, a missing expert, a
+    run stopped short, harness_error). Plain characters, so a log without colour still tells them apart."""
+    from xlang.report import marks  # lazy, as the report imports below: pandas only once a cell is done
+
+    return marks.mark(marks.worst(categories) if state == "done" else marks.NONE, rich=True)
 
 
-def _summarise(result) -> tuple[str, str]:
-    """(state, one line) for a finished cell."""
+def _summarise(result) -> tuple[str, str, list]:
+    """(state, one line, each sample's best category) for a finished cell."""
     samples = result.samples
     statuses = [s.status for s in samples]
     if statuses and all(s == "missing" for s in statuses):
-        return "missing", "missing: " + (samples[0].note or "no candidate")
+        return "missing", "missing: " + (samples[0].note or "no candidate"), []
     cats = [s.best_category or s.status for s in samples]
     counts = {c: cats.count(c) for c in dict.fromkeys(cats)}
     text = ", ".join(f"{c} ×{n}" if n > 1 else c for c, n in counts.items())
@@ -464,7 +466,29 @@ def _summarise(result) -> tuple[str, str]:
         text += f"  best {max(speed):.2f}×"
     if result.runtime_note:
         text += f"  [runtime {result.runtime_note}]"
-    return result.status, text
+    return result.status, text, [s.best_category for s in samples]
+
+
+def count_text(cfg: CompareConfig, cells: list[Cell], matrix: bool = True) -> str:
+    """How many cells there are, in factors that multiply to that number: '2 task(s) × 1 arch(s) × 2 language(s) =
+    4 cells'; with --suite a task counts once per suite it carries (once without a suite when it carries none), and
+    the line says which. Not a matrix (xlang rejudge: one cell per stored run, candidate file or expert): the count
+    and what it spans."""
+    tasks = list(dict.fromkeys(c.task for c in cells))
+    if not matrix:
+        return (f"{len(cells)} cells (one per stored run, candidate file or expert, across {len(tasks)} task(s), "
+                f"{len(dict.fromkeys(c.arch for c in cells))} arch(s), "
+                f"{len(dict.fromkeys(c.lang for c in cells))} language(s))")
+    suites = {t: list(dict.fromkeys(c.suite for c in cells if c.task == t)) for t in tasks}
+    runs = sum(map(len, suites.values()))
+    factors = f"{len(tasks)} task(s)"
+    if any(s != [""] for s in suites.values()):  # --suite: each of a task's suites is a cell of its own
+        factors = f"{runs} task run(s) (" + "; ".join(
+            f"{t}: {', '.join(s)}" if s != [""] else f"{t}: no suite" for t, s in suites.items()) + ")"
+    factors += f" × {len(cfg.archs)} arch(s) × {len(cfg.langs)} language(s)"
+    if len(cfg.notes) > 1:
+        factors += f" × {len(cfg.notes)} notes levels"
+    return f"{factors} = {len(cells)} cells"
 
 
 def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner=None,
@@ -483,9 +507,7 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
     cells = (planner or plan)(cfg, _runtimes(cfg))
     finished = resolve(cfg, cells)
     todo = [c for c in cells if c.run_id not in finished]
-    console.print(f"[bold]{title}[/bold]: {len(cfg.tasks)} task(s) × {len(cfg.archs)} arch(s) × "
-                  f"{len(cfg.langs)} language(s)" + (f" × {len(cfg.notes)} notes levels" if len(cfg.notes) > 1 else "")
-                  + f" = {len(cells)} cells · "
+    console.print(f"[bold]{title}[/bold]: {count_text(cfg, cells, planner is None)} · "
                   + (f"model {cfg.model} · turns {cfg.turns} · samples {cfg.samples} · docs {cfg.docs}" if planner is None
                      else "candidates as stored") + f" · runtime: {where} · store {cfg.store}"
                   + (f" · shape {','.join(f'{k}={v}' for k, v in cfg.shape.items())}" if cfg.shape else "")
@@ -527,12 +549,12 @@ def run_compare(cfg: CompareConfig, console=None, progress: bool = True, planner
 
             t0 = time.monotonic()
             result = run_cell(cfg, cell, on_turn, on_stage)
-            state, text = _summarise(result)
+            state, text, cats = _summarise(result)
             outcome = CellOutcome(cell, state, time.monotonic() - t0, text)
             outcomes.append(outcome)
             bar.remove_task(current)
             bar.advance(overall)
-            console.print(f"{_mark(state)} {label}: {text} [dim]({outcome.seconds:.1f} s)[/dim]", highlight=False)
+            console.print(f"{_mark(state, cats)} {label}: {text} [dim]({outcome.seconds:.1f} s)[/dim]", highlight=False)
     dataset = source.load(cfg.store, [c.run_id for c in cells])
     stats = tables.cell_stats(dataset)
     order = {c.run_id: i for i, c in enumerate(cells)}

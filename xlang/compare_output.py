@@ -15,23 +15,29 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
     from rich import box
     from rich.table import Table
 
-    from xlang.report import provenance, tables
+    from xlang.report import marks, provenance, tables
     from xlang.terminal import column_groups, keep_words
 
-    display = tables.format_cells(result.stats)
-    # A "not run (why)" reason is said once, as a footnote, not in each of a row's runtime columns.
-    notes: dict[str, str] = {}
-    marks = "¹²³⁴⁵⁶⁷⁸⁹"
+    outcomes = {m: o for o, m in marks.MARKS.items()}
 
-    def short(text: str) -> str:
-        if not text.startswith("not run"):
-            return text
+    display = tables.format_cells(result.stats)
+    # A "not run (why)" reason is said once, as a footnote, not in each of a row's runtime columns; so is a model's
+    # whole name where the table shows a short label (a replay's store path and run, a candidate file's path).
+    notes: dict[str, str] = {}
+    supers = "¹²³⁴⁵⁶⁷⁸⁹"
+
+    def note(text: str) -> str:
         if text not in notes:
-            notes[text] = marks[len(notes)] if len(notes) < len(marks) else f"[{len(notes) + 1}]"
-        return f"not run{notes[text]}"
+            notes[text] = supers[len(notes)] if len(notes) < len(supers) else f"[{len(notes) + 1}]"
+        return notes[text]
+
+    def short(column: str, text: str) -> str:
+        if column == "model" and tables.model_label(text) != text:
+            return tables.model_label(text) + note(text)
+        return f"not run{note(text)}" if text.startswith("not run") else text
 
     headers = [SHORT_HEADERS.get(c, c) for c in display.columns]
-    rows = [[short(str(row[c])) for c in display.columns] for _, row in display.iterrows()]
+    rows = [[short(c, str(row[c])) for c in display.columns] for _, row in display.iterrows()]
     # No vertical rules; a table wider than the terminal even with every column at its longest word is split
     # into parts, each repeating task, arch and lang, rather than cutting words.
     title = title or "xlang compare"
@@ -49,15 +55,32 @@ def print_table(result: CompareResult, console, title: str = "") -> None:
             cells = []
             for i in part:
                 text = row[i]
-                style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else ""
+                style = "dim" if text == "missing" else "yellow" if text.startswith("not run") else \
+                    marks.COLOURS.get(outcomes.get(text), "") if display.columns[i] == tables.COL_MARK else ""
                 cells.append(f"[{style}]{text}[/{style}]" if style else text)
             table.add_row(*cells)
         console.print(keep_words(table, console))
     for text, mark in notes.items():
         console.print(f"[yellow]{mark}[/yellow] {text}", highlight=False)
+    column = {c: i for i, c in enumerate(display.columns)}
+    legend = legend_line({row[column[tables.COL_MARK]] for row in rows}, {row[column[tables.COL_VERDICT]] for row in rows})
+    if legend:
+        console.print(legend, highlight=False)
     for line in provenance.runtime_banners(result.dataset):
         console.print(f"[yellow]not run:[/yellow] {line}", highlight=False)
     print_suites(result.dataset, console)
+
+
+def legend_line(shown: set[str], verdicts: set[str]) -> str:
+    """The marks the table shows, and static_ok where it does, defined in one line under it (xlang.report.marks)."""
+    from xlang.report import marks  # lazy, as in print_table: the report package imports pandas
+
+    text = {marks.PASS: "passed (ok, static_ok)", marks.FAIL: "finished but failed",
+            marks.NONE: f"no verdict (not run, missing, {marks.HARNESS_ERROR})"}
+    parts = [f"{marks.MARKS[o]} {t}" for o, t in text.items() if marks.MARKS[o] in shown]
+    if any("static_ok" in v for v in verdicts):
+        parts.append("static_ok: built with the required families in its SASS, no GPU of the arch ran it")
+    return "[dim]" + " · ".join(parts) + "[/dim]" if parts else ""
 
 
 def print_suites(dataset, console) -> None:

@@ -212,7 +212,7 @@ def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
         matched = g[g["new"] != "(not in new)"]
         sm = get_arch(arch).sm
         row = {"lang": lang, "arch": arch, "sm": sm,
-               "toolchain": _transition(g["old toolchain"], g["new toolchain"]),
+               "toolchain": _transition(g["old toolchain"], matched["new toolchain"]),
                "candidates": len(g), "matched": len(matched)}
         for f in get_arch(arch).families:
             row[f"gained {f}"] = int(sum(f in str(x).split(", ") for x in matched.get("gained", [])))
@@ -246,7 +246,7 @@ def summary_rows(cands: pd.DataFrame) -> pd.DataFrame:
 def _transition(old, new) -> str:
     a = ", ".join(dict.fromkeys(x for x in old if x))
     b = ", ".join(dict.fromkeys(x for x in new if x))
-    return a if a == b else f"{a} -> {b}"
+    return a if a == b else f"{a} -> {b or '(nothing matched)'}"
 
 
 def sentence(row: dict) -> str:
@@ -254,6 +254,9 @@ def sentence(row: dict) -> str:
     geomean speed +4% [+1%, +7%]' (parts with nothing to say are left out)."""
     parts = []
     row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}  # other archs' families
+    if not row["matched"]:
+        return f"{row['toolchain']}, {row['sm']} ({row['lang']}, 0/{row['candidates']} candidates matched): no " \
+               "candidate of the new store has the same task, language, architecture, shape and code"
     for k, v in row.items():
         if (k.startswith("gained ") or k.startswith("lost ")) and v:
             verb, fam = k.split(" ", 1)
@@ -373,6 +376,19 @@ class Diff:
 
     def sentences(self) -> list[str]:
         return [sentence(r) for r in self.summary.to_dict("records")]
+
+    @property
+    def matched(self) -> int:
+        return int((self.candidates["new"] != "(not in new)").sum()) if not self.candidates.empty else 0
+
+    def unmatched_text(self) -> str:
+        """'' when every candidate of each store has its match in the other; else what is unmatched."""
+        old = len(self.candidates) - self.matched
+        if not old and not self.only_new:
+            return ""
+        return (f"{self.matched} of {len(self.candidates)} candidates of {self.old} matched one in {self.new} (by "
+                f"task, language, architecture, shape and code): {old} of the old store and {len(self.only_new)} of "
+                "the new one have no match")
 
 
 def diff(old: str | Path, new: str | Path) -> Diff:

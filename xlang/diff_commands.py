@@ -10,6 +10,7 @@ from typing import Optional
 import pandas as pd
 
 from xlang.diff import Diff, candidates, diff, fired, parse_rules, readiness
+from xlang.errors import XlangError
 from xlang.terminal import make_console
 
 
@@ -120,12 +121,22 @@ def register(app) -> None:
         fail_on: Optional[str] = typer.Option(None, "--fail-on", help="exit 1 when a rule fires: lost-family, "
                                                                       "compile-error, slower:X%, unmatched"),
         title: Optional[str] = typer.Option(None, "--title", help="the report's title"),
+        allow_unmatched: bool = typer.Option(False, "--allow-unmatched",
+                                             help="exit 0 when some candidates have no match in the other store "
+                                                  "(by default: exit 1; nothing matched at all: exit 2)"),
     ):
         """What another toolchain changed on the same candidates: categories, instruction families, registers,
-        spills, SASS mix, compile time and speed, per candidate and per language x architecture."""
+        spills, SASS mix, compile time and speed, per candidate and per language x architecture. The two stores must
+        hold the same candidates (a corpus and its rejudge): unmatched candidates are an error unless
+        --allow-unmatched."""
         rules = parse_rules(fail_on)
         console = make_console()
         d = diff(old, new)
+        unmatched = d.unmatched_text()
+        if unmatched and not d.matched and not allow_unmatched:  # nothing to compare: two different corpora
+            raise XlangError(f"{unmatched}: nothing to compare (other architectures, tasks or candidates? `xlang "
+                             "rejudge OLD.db --store NEW.db` judges the same candidates again); --allow-unmatched "
+                             "writes the diff anyway")
         for s in d.sentences():
             console.print(f"- {s}", highlight=False)
         if out is not None:
@@ -134,7 +145,10 @@ def register(app) -> None:
         hits = fired(d.candidates, rules)
         for line in hits:
             console.print(f"[red]fail-on[/red] {line}", highlight=False)
-        if hits:
+        if unmatched:
+            console.print(f"[yellow]unmatched[/yellow] {unmatched}"
+                          + ("" if allow_unmatched else " (exit 1; --allow-unmatched: exit 0)"), highlight=False)
+        if hits or (unmatched and not allow_unmatched):
             raise typer.Exit(1)
 
     @app.command("readiness")

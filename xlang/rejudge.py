@@ -26,7 +26,7 @@ from xlang.compare_output import print_table, to_json
 from xlang.errors import XlangError
 from xlang.identity import digest, toolchain_identity
 from xlang.store import Store
-from xlang.task import task_names
+from xlang.task import get_task, task_names
 from xlang.terminal import make_console
 
 EXPERTS = "experts"
@@ -110,8 +110,12 @@ def sources(paths: list[str], archs: list[str], langs: list[str], tasks: list[st
             lang: str | None) -> list[dict]:
     """Each source as {kind, path, ...filters}, checked before any work."""
     out = []
+    if task:
+        get_task(task)  # an unknown task: one line before any work
     for p in paths:
         spec = {"archs": archs, "langs": langs, "tasks": tasks, "task": task, "lang": lang, "path": p}
+        if task and not tasks:  # the experts and a store's runs: --task is a filter, as --tasks TASK
+            spec["tasks"] = [task]
         if p == EXPERTS:
             if not archs:
                 raise XlangError("rejudge experts needs --arch (e.g. --arch h100,b200)")
@@ -184,7 +188,8 @@ def register(app) -> None:
         langs: Optional[str] = typer.Option(None, "--langs", "-l", help="only these languages"),
         tasks: Optional[str] = typer.Option(None, "--tasks", "-t", help="only these tasks"),
         task: Optional[str] = typer.Option(None, "--task", help="the task of candidate files (default: the task "
-                                                                "their name starts with)"),
+                                                                "their name starts with); experts and stores: only "
+                                                                "this task"),
         lang: Optional[str] = typer.Option(None, "--lang", help="the language of candidate files (default: their "
                                                                 "folder's name, else their suffix's language)"),
         profiler: str = typer.Option("local", help="local | none (none: static only)"),

@@ -178,7 +178,8 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
     """A connection that can never change the file (URI mode=ro). A WAL store on read-only media (no -shm can
     be created) is opened immutable instead, which is exact only while no -wal holds unmerged commits."""
     if not path.is_file():
-        raise StoreError(f"no results store at {path} (run `xlang compare` or `xlang run` first, or pass --store)")
+        raise StoreError(f"no results store at {path} (run `xlang compare` or `xlang run` first, or name another "
+                         "store)")
     uri = path.resolve().as_uri()
 
     def connect(flags: str) -> sqlite3.Connection:
@@ -312,7 +313,7 @@ class Store:
             return
         if self.path.is_file() and self.path.stat().st_size == 0:  # a new store is made only where no file is
             raise StoreError(f"{self.path} is an empty file (0 bytes), not a results store: remove it for a new "
-                             "store there, or pass another --store")
+                             "store there, or name another store")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None, check_same_thread=False)

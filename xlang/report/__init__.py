@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from xlang.report import metrics, mix, plots, provenance, suite_tables, tables, turn_tables
+from xlang.report import marks, metrics, mix, plots, provenance, suite_tables, tables, turn_tables
 from xlang.report.data import Dataset
 
 # (name, title, what it shows, the `xlang report --by` grouping that gives the same figures)
@@ -126,7 +126,17 @@ def _version() -> str:
         return ""
 
 
+def _with_mark(display: pd.DataFrame) -> pd.DataFrame:
+    """The cells table for the page: the mark before the verdict in one column, joined by a no-break space (a
+    column of its own made the table wider than a 1280 px page)."""
+    out = display.drop(columns=[tables.COL_MARK])
+    out[tables.COL_VERDICT] = [f"{m}\u00a0{v}" for m, v in zip(display[tables.COL_MARK], display[tables.COL_VERDICT])]
+    return out
+
+
 def _cell_class(column: str, text: str) -> str:
+    if column == tables.COL_VERDICT:
+        return "verdict " + {m: o for o, m in marks.MARKS.items()}.get(text[:1], "")
     if text == "missing":
         return "missing"
     if text.startswith("not run"):
@@ -147,17 +157,22 @@ def _rows(display: pd.DataFrame, group: str | None = "task") -> dict:
     ("not run¹"): repeated in every runtime column it made the columns wide and each cell four lines tall."""
     rows, last, notes = [], None, {}
 
-    def short(text: str) -> str:
-        if not text.startswith("not run (") or len(text) <= len("not run ()"):
-            return text
+    def note(text: str) -> str:
         if text not in notes:
             notes[text] = NOTE_MARKS[len(notes)] if len(notes) < len(NOTE_MARKS) else f"[{len(notes) + 1}]"
-        return f"not run{notes[text]}"
+        return notes[text]
+
+    def short(column: str, text: str) -> str:
+        if column == "model" and tables.model_label(text) != text:  # the whole name (a path) in a footnote
+            return tables.model_label(text) + note(text)
+        if not text.startswith("not run (") or len(text) <= len("not run ()"):
+            return text
+        return f"not run{note(text)}"
 
     for r in display.to_dict("records"):
         cells = []
         for c in display.columns:
-            text, cls = short(_text(r[c])), _cell_class(str(c), _text(r[c]))
+            text, cls = short(str(c), _text(r[c])), _cell_class(str(c), _text(r[c]))
             if cls.startswith("num"):  # '100% (1/1)' stays on one line; an interval after it may wrap
                 text = text.replace(" (", "\u00a0(")
             cells.append((text, cls))
@@ -217,8 +232,13 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def _keys(df: pd.DataFrame, keys: list[str]) -> list[str]:
-    """Key columns, leaving out the model when there is only one."""
-    return [k for k in keys if k != "model" or df["model"].nunique() > 1]
+    """Key columns, leaving out the model when there is only one, with the suite wherever the scores have it
+    (tables.suite_axis: suite runs are cells of their own, shown as such)."""
+    keys = [k for k in keys if k != "model" or df["model"].nunique() > 1]
+    if "suite" in df.columns and "suite" not in keys:
+        at = keys.index("task") + 1 if "task" in keys else 0
+        keys = [*keys[:at], "suite", *keys[at:]]
+    return keys
 
 
 def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = None,
@@ -228,7 +248,7 @@ def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = N
     t["main"] = tables.main_table(ds, limits)
     t["main_display"] = tables.format_scores(t["main"], _keys(t["main"], ["model", "task", "arch", "lang", "turns"]))
     t["cells"] = tables.cell_stats(ds)
-    t["cells_display"] = tables.format_cells(t["cells"])
+    t["cells_display"] = _with_mark(tables.format_cells(t["cells"]))
     t["turn_limits"] = tables.turn_limit_table(ds, limits)
     t["turn_limits_display"] = tables.format_scores(t["turn_limits"],
                                                     _keys(t["turn_limits"], ["model", "arch", "lang", "turns"]))
@@ -269,7 +289,7 @@ def compute_tables(ds: Dataset, limits=tables.TURN_LIMITS, model: str | None = N
     if by:
         t["custom"] = tables.score(ds, by, limits if "turns" in by else None)
         keys = [*[k for k in by if k != "turns"], *(["turns"] if "turns" in by else [])]
-        t["custom_display"] = tables.format_scores(t["custom"], keys)
+        t["custom_display"] = tables.format_scores(t["custom"], _keys(t["custom"], keys))
     return t
 
 
@@ -382,6 +402,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
     html = env.get_template("index.html.j2").render(
         title=title, generated=generated, source=ds.source or "(in memory)", models=models, filters=filters,
         n_runs=len(ds.runs), n_turns=len(ds.turns), banners=banners, summary=summary, definitions=DEFINITIONS,
+        legend=marks.legend(),
         sections=sections,
         plots=[{"src": str(p.relative_to(out)), "alt": alt, "caption": cap} for p, alt, cap in plot_files],
         mix_table=_html_table(_pct_frame(t["instruction_mix"], mix.MIX_ORDER)),
@@ -396,6 +417,7 @@ def write_report(ds: Dataset, out: Path, title: str | None = None, *, limits=tab
           + (f"; filter: {filters}" if filters else "") + ".\n"]
     md += [f"> **Not run.** {line}\n" for line in banners]
     md += [DEFINITIONS.replace("<b>", "**").replace("</b>", "**").replace("&gt;", ">") + "\n"]
+    md += ["Legend:\n", "\n".join(f"- **{term}**: {text}" for term, text in marks.legend()) + "\n"]
     for s in sections:
         md += [f"## {s['title']}\n", s["what"] + (f" Same figures: `{s['command']}`." if s["command"] else "") + "\n",
                markdown_table(s["display"])]

@@ -24,10 +24,12 @@ counts 0): the spread of "the best of n samples" had other samples been drawn. S
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from xlang.report import marks
 from xlang.report.data import DONE, MISSING, Dataset
 
 TURN_LIMITS = (1, 4, 8)
@@ -44,7 +46,7 @@ STAT_COLUMNS = ["n", "missing", "unfinished", "compile_rate", "static_rate", "ru
                 "best_speedup", "best_speedup_lo", "best_speedup_hi", "n_speedup",
                 "best_speedup_correct", "best_speedup_correct_lo", "best_speedup_correct_hi", "n_speedup_correct",
                 "best_peer_speedup", "best_peer_speedup_lo", "best_peer_speedup_hi", "n_peer_speedup", "peer_note",
-                "best_tflops", "best_gbps", "best_suite_geomean"]
+                "best_tflops", "best_gbps", "best_suite_geomean", "verdicts", "outcome"]
 
 
 def wilson(k: int, n: int) -> tuple[float, float]:
@@ -100,7 +102,8 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
     turns = ds.turns[ds.turns["run_id"].isin(runs["run_id"])]
     if limit is not None:
         turns = turns[turns["turn"] <= limit]
-    cols = ["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run", "best_speedup",
+    cols = ["compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run", "best_category",
+            "best_speedup",
             "best_speedup_correct", "best_peer_speedup", "peer_note", "best_tflops", "best_gbps", "best_suite_geomean",
             "turns", "prompt_tokens", "completion_tokens",
             "reasoning_tokens", "cost_usd", "runtime_note"]
@@ -124,11 +127,13 @@ def _per_sample(ds: Dataset, limit: int | None) -> pd.DataFrame:
             prompt_tokens=("prompt_tokens", _sum), completion_tokens=("completion_tokens", _sum),
             reasoning_tokens=("reasoning_tokens", _sum), cost_usd=("cost_usd", _sum),
             runtime_note=("runtime_note", _first_text))
+        agg["best_category"] = _best_rows(turns).set_index("run_id")["category"]
     out = runs[["run_id", *RUN_AXES, "sample"]].merge(agg, left_on="run_id", right_index=True, how="left")
     for col in ("compiled", "census_ok", "correct", "correct_with_arch", "runtime_ran", "any_not_run"):
         out[col] = out[col].astype("boolean").fillna(False).astype(bool)
     out["runtime_available"] = out["runtime_ran"] | ~out["any_not_run"]
     out["runtime_note"] = out["runtime_note"].fillna("")
+    out["best_category"] = out["best_category"].fillna("")
     out["peer_note"] = out["peer_note"].fillna("")
     out["turns"] = pd.to_numeric(out["turns"], errors="coerce").fillna(0).astype(int)
     for col in ("best_speedup", "best_speedup_correct", "best_peer_speedup", "best_tflops", "best_gbps",
@@ -184,6 +189,10 @@ def _group_stats(done: pd.DataFrame, group_runs: pd.DataFrame) -> dict:
         "best_gbps": ran["best_gbps"].max() if nr else math.nan,
         # --suite: the best geomean speedup over the suite's shapes among candidates correct with target
         "best_suite_geomean": ran["best_suite_geomean"].max() if nr else math.nan,
+        # each finished sample's best candidate's category, counted: 'static_ok ×2, compile_error'
+        "verdicts": ", ".join(f"{c} ×{k}" if k > 1 else c
+                              for c, k in done["best_category"].value_counts(sort=False).items() if c),
+        "outcome": marks.worst(done["best_category"]),  # its mark: the worst sample decides
     }
 
 
@@ -200,7 +209,7 @@ def score(ds: Dataset, by=KEY, limits=None) -> pd.DataFrame:
     row per group and turn limit (default TURN_LIMITS): each sample counted on its first `limit` turns; a limit
     longer than a group's runs is left out for that group. Otherwise each sample's whole trajectory counts."""
     by = list(by)
-    keys = [k for k in by if k != "turns"]
+    keys = suite_axis(ds, [k for k in by if k != "turns"])
     with_turns = "turns" in by or limits is not None
     limits = tuple(limits or TURN_LIMITS) if with_turns else (None,)
     order = [*keys, *(["turns"] if with_turns else [])]
@@ -217,13 +226,21 @@ def score(ds: Dataset, by=KEY, limits=None) -> pd.DataFrame:
     return sort_cells(pd.DataFrame(rows, columns=[*order, *STAT_COLUMNS]), order)
 
 
+def suite_axis(ds: Dataset, keys: list[str]) -> list[str]:
+    """The keys with `suite` after `task` (first when there is no task) wherever any run has a shape suite: a run with
+    a suite and one without are different cells, never one group of n=2 (so every table keeps them apart)."""
+    if "suite" in keys or ds.empty or not (ds.runs["suite"] != "").any():
+        return list(keys)
+    at = keys.index("task") + 1 if "task" in keys else 0
+    return [*keys[:at], "suite", *keys[at:]]
+
+
 def cell_keys(ds: Dataset) -> list[str]:
     """task × arch × lang × model, the shape suite where any run has one (compare --suite), the shape where a cell
     was run at several (a --shape sweep), and the fix-note level where the runs have several (compare --notes
     none,bm25)."""
     swept = not ds.runs.empty and (ds.runs.groupby(KEY)["shape"].nunique() > 1).any()
-    suites = ["suite"] if not ds.runs.empty and (ds.runs["suite"] != "").any() else []
-    keys = [*KEY[:1], *suites, *(["shape"] if swept else []), *KEY[1:]]
+    keys = suite_axis(ds, [*KEY[:1], *(["shape"] if swept else []), *KEY[1:]])
     return keys + (["notes"] if not ds.runs.empty and ds.runs["notes"].nunique() > 1 else [])
 
 
@@ -261,6 +278,8 @@ def sort_cells(df: pd.DataFrame, by=("task", "arch", "lang")) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------ display
 
+COL_MARK = "mark"  # ✓ passed, ✗ finished but failed, ○ no verdict (xlang.report.marks: the worst sample decides)
+COL_VERDICT = "verdict"  # each finished sample's best candidate's category, counted
 COL_STATIC = "target instr. in SASS"
 COL_CORRECT = "correct"
 COL_TARGET = "correct with target instr."
@@ -275,6 +294,15 @@ SPEED_COLUMNS = (COL_SPEED, COL_SPEED_ALL, COL_SPEED_PEER)
 RATE_COLUMNS = ("compiled", COL_STATIC, COL_CORRECT, COL_TARGET)
 AXIS_LABELS = {"prompt_variant": "prompt variant", "turns_limit": "turn limit (run)", "turns": "turns",
                "gqa": "GQA group"}
+
+
+def model_label(model: str) -> str:
+    """A model as a table shows it: 'replay:/abs/old.db#RUN' -> 'replay:old.db', 'file:/abs/dir/x.cu' -> 'file:x.cu'
+    (the whole name goes in a footnote: a column holding the path left no room for the figures); others as they are."""
+    kind, sep, rest = model.partition(":")
+    if not sep or kind not in ("replay", "file"):
+        return model
+    return f"{kind}:{Path(rest.split('#', 1)[0]).name}"
 
 
 def rate_text(k: int, n: int, lo: float = math.nan, hi: float = math.nan) -> str:
@@ -352,6 +380,11 @@ def format_cells(stats: pd.DataFrame) -> pd.DataFrame:
             "arch", "lang"] \
         + (["model"] if stats["model"].nunique() > 1 else []) + (["notes"] if "notes" in stats.columns else [])
     out = format_scores(stats, keys)
+    records = stats.to_dict("records")
+    at = out.columns.get_loc("n") + 1
+    out.insert(at, COL_MARK, [marks.mark(marks.NONE if r["missing"] else r.get("outcome") or marks.NONE)
+                              for r in records])
+    out.insert(at + 1, COL_VERDICT, ["missing" if r["missing"] else r.get("verdicts") or "–" for r in records])
     if "shape" in out.columns:  # a sweep: show the sizes that vary within each task, not the ones all share
         for task in out["task"].unique():
             rows = out["task"] == task
@@ -410,9 +443,10 @@ def lang_arch_table(ds: Dataset, model: str | None = None) -> tuple[str | None, 
         return None, pd.DataFrame(columns=["task", "lang"])
     stats = score(ds.filter({"model": [model]}), ["task", "lang", "arch"])
     archs = list(dict.fromkeys(stats["arch"]))
+    keys = [k for k in ("task", "suite", "lang") if k in stats.columns]  # the suite where runs have one
     rows = {}
     for r in stats.to_dict("records"):
-        row = rows.setdefault((r["task"], r["lang"]), {"task": r["task"], "lang": r["lang"]})
+        row = rows.setdefault(tuple(r[k] for k in keys), {k: r[k] for k in keys})
         if r["missing"]:
             text = "missing"
         elif not r["n"]:
@@ -425,8 +459,8 @@ def lang_arch_table(ds: Dataset, model: str | None = None) -> tuple[str | None, 
             text = (f"{r['n_correct'] / nr * 100:.0f}% / {r['n_correct_with_arch'] / nr * 100:.0f}% / {best} "
                     f"(n={nr})")
         row[r["arch"]] = text
-    table = pd.DataFrame(list(rows.values()), columns=["task", "lang", *archs]).fillna("–")
-    return model, sort_cells(table, ["task", "lang"])
+    table = pd.DataFrame(list(rows.values()), columns=[*keys, *archs]).fillna("–")
+    return model, sort_cells(table, keys)
 
 
 def shape_table(ds: Dataset) -> pd.DataFrame:
@@ -445,7 +479,12 @@ def notes_table(ds: Dataset) -> pd.DataFrame:
 
 def best_turns(ds: Dataset) -> pd.DataFrame:
     """Each finished run's best candidate: correct with arch > correct > static ok > compiled, then speed."""
-    turns = ds.turns[ds.turns["run_id"].isin(ds.runs.loc[ds.runs["status"] == DONE, "run_id"])].copy()
+    return _best_rows(ds.turns[ds.turns["run_id"].isin(ds.runs.loc[ds.runs["status"] == DONE, "run_id"])])
+
+
+def _best_rows(turns: pd.DataFrame) -> pd.DataFrame:
+    """best_turns of these turns: per run the first of correct with arch > correct > static ok > compiled > speed."""
+    turns = turns.copy()
     if turns.empty:
         return turns
     turns["_speed"] = turns["speedup"].fillna(0.0)
