@@ -163,6 +163,48 @@ def remove_uid_files(uid: int, folders=("/dev/shm", "/tmp", "/var/tmp")) -> int:
     return removed
 
 
+def remove_tree(path: Path) -> None:
+    """Remove a folder a candidate may have filled (its home, a build's child folder), links never followed:
+    shutil.rmtree (descriptor-based), and where that gives up (a chain of folders deeper than Python's recursion
+    limit, an entry it cannot remove) rm -rf, which walks any depth. Quiet when the path is gone."""
+    if not os.path.lexists(path):
+        return
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)
+        return
+    except (OSError, RecursionError):
+        pass
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=600)
+
+
+# The folders of a work folder (an `xlang eval` one: build/, one per stage) that a candidate wrote: a build's child
+# folder (backend.CHILD_FOLDER) and the homes of a stage's processes (stages/process.py: <role>-home-*,
+# probe-<variant>-home-*), two levels down at most.
+CANDIDATE_FOLDER_NAMES = re.compile(r"child|[a-z]+-home-\w+|probe-[a-z-]+-home-\w+")
+
+
+def remove_candidate_folders(workdir: Path) -> list[Path]:
+    """Remove what candidates wrote below an eval's work folder (CANDIDATE_FOLDER_NAMES), keeping the judge's own
+    files (verdict.json, build.json, logs). Returns the folders removed."""
+    removed = []
+    for level in (workdir, *(p for p in _subfolders(workdir))):
+        for entry in _subfolders(level):
+            if CANDIDATE_FOLDER_NAMES.fullmatch(entry.name):
+                remove_tree(entry)
+                removed.append(entry)
+    return removed
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 # ---- the jail ------------------------------------------------------------------------------------------
 
 def bwrap_path() -> str | None:
@@ -196,16 +238,20 @@ VARIANT_LEVELS = {"all": "", "no-pid": " (no PID namespace)", "shared": " (the h
 # ---- the limits of every jailed child (xlang/limits.py sets them inside the jail, on the child alone) -------
 MiB, GiB = 1 << 20, 1 << 30
 # Address space of a build child and of each process it starts (RLIMIT_AS: every mapping counts, shared ones
-# too, so no mmap trick gets round it). Measured peaks (VmPeak, tests/test_cuda_jail.py
-# test_limits_leave_the_honest_builds_a_margin, 2 cores): MEASURED_BUILD_PEAKS. A per-process cap, not one for the
-# whole tree: a candidate that forks many children can hold more (that needs a cgroup, which the jail does not make).
-BUILD_MEMORY = 16 * GiB
+# too, so no mmap trick gets round it). Measured (benchmarks/build_peaks.py, the experts at their default shapes,
+# 2026-12-04, this 2-core box): the largest VmPeak of any process 2.85 GiB (attn_bwd CuTe DSL, h100), Triton
+# 1.04-2.30 GiB, nvcc's tools 0.20 GiB (cudafe++); resident at most 0.45 GiB; at a 2 GiB cap the attn_bwd Triton
+# and CuTe DSL builds failed (their example tensors). 8 GiB: 2.8x the largest. A cap per process, not for the
+# whole tree: a candidate that forks can hold more (that needs a cgroup, which the jail does not make).
+BUILD_MEMORY = 8 * GiB
 # A GPU stage's processes get RLIMIT_DATA instead (private writable memory: heap, anonymous maps): CUDA reserves
 # address space far beyond the memory it uses (the GPU's whole virtual range, unified addressing) and the judge's
 # guard ranges are 32 MiB shared memfd regions, so an RLIMIT_AS would stop an honest runner. Shared mappings are
 # not counted: a candidate's MAP_SHARED memory stays unbounded by it.
 GPU_MEMORY = 64 * GiB
-TASKS = 4096  # RLIMIT_NPROC: processes and threads of the child's uid (torch starts a thread per core)
+# RLIMIT_NPROC: processes and threads of the child's uid at once (builds measured: at most 5; torch starts a thread
+# per core where it computes, a GPU runner its driver's threads, a tool stage the tool's processes)
+TASKS = 4096
 FILE_SIZE = 4 * GiB  # RLIMIT_FSIZE: the largest file a child may write (cubins, shared objects: a few MB)
 TMP_SIZE, SHM_SIZE = 2 * GiB, 512 * MiB  # the jail's private /tmp and /dev/shm (tmpfs: memory, not disk)
 # Overrides in MiB (a smaller machine, a test); 0 leaves that limit off.
@@ -226,6 +272,21 @@ def child_limits(gpu: bool, own_uid: bool) -> dict[str, int]:
     if own_uid:
         out["--nproc"] = TASKS
     return {k: v for k, v in out.items() if v > 0}
+
+
+def size_text(n: int) -> str:
+    return f"{n / GiB:g} GiB" if n >= GiB else f"{n / MiB:g} MiB"
+
+
+def limit_note(returncode: int | None) -> str:
+    """What a jailed child's exit status says of its limits ("" for none): the signals a limit sends, seen
+    directly (-N) or as bubblewrap passes on its command's death (128 + N)."""
+    if returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        limit = _limit("file", FILE_SIZE)
+        return f"killed by SIGXFSZ: it wrote a file larger than the limit of {size_text(limit)} per file"
+    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return "killed (SIGKILL: the machine's memory, or the judge)"
+    return ""
 
 
 @functools.cache

@@ -16,7 +16,7 @@ from pathlib import Path
 from xlang.backend import BUILD_TIMEOUT_MARK, CHILD_FOLDER, Backend, BuildResult, KernelImage, _build_limit, trim_log
 from xlang.census import disassemble
 from xlang.children import run_child
-from xlang.sandbox import Jail, child_env, child_limits, kill_uid
+from xlang.sandbox import Jail, child_env, child_limits, kill_uid, limit_note, size_text
 from xlang.task import ENTRY_POINT, peer_library_folders
 from xlang.toolchain import require_tool
 from xlang.untrusted import read_untrusted_below, replace_file, write_new
@@ -26,15 +26,15 @@ _FRAME_LINE = re.compile(r"\s+\d+ bytes stack frame, \d+ bytes spill stores, \d+
 _PTXAS_V_CHARS = 64000  # of ptxas -v's report kept in the build record (about 250 kernels)
 _SO_LIMIT = 512 << 20  # of the shared object the judge copies out of the build's folder (the experts': 1-3 MB)
 # How nvcc says that a tool it ran died (cicc, ptxas, the host compiler: a memory limit's kill or abort)
-_KILLED = re.compile(r"died due to signal|died with status|out of memory|bad_alloc|Cannot allocate memory|"
-                     r"Killed|memory exhausted", re.I)
+_KILLED = re.compile(r"died due to signal|died with status|terminated with signal|out of memory|bad_alloc|"
+                     r"Cannot allocate memory|Killed|memory exhausted|File size limit exceeded|File too large", re.I)
 
 
 def _limits_text() -> str:
     """The build's limits, as a failed build's error names them (a candidate that blew one sees which)."""
     lim = child_limits(gpu=False, own_uid=True)
-    parts = [f"memory {lim['--as'] / (1 << 30):g} GiB per process" if "--as" in lim else "",
-             f"files {lim['--fsize'] / (1 << 30):g} GiB each" if "--fsize" in lim else ""]
+    parts = [f"memory {size_text(lim['--as'])} per process" if "--as" in lim else "",
+             f"files {size_text(lim['--fsize'])} each" if "--fsize" in lim else ""]
     return "the build's limits: " + ", ".join(p for p in parts if p)
 
 
@@ -173,8 +173,9 @@ class CudaPtxBackend(Backend):
                                  and not _FRAME_LINE.fullmatch(ln.rstrip()))
         if proc.returncode != 0:
             result.error = trim_log(diagnostics or log or f"nvcc ended with exit code {proc.returncode}")
-            if proc.crashed_by_signal or _KILLED.search(log):
-                result.error += f"\n(nvcc or a tool it ran was killed; {_limits_text()})"
+            note = limit_note(proc.returncode)
+            if note or proc.crashed_by_signal or _KILLED.search(log):
+                result.error += f"\n({note or 'nvcc or a tool it ran ran out of memory, hit a limit or was killed'}; {_limits_text()})"
             return result
         data = read_untrusted_below(child, so_name, _SO_LIMIT + 1)
         if data is None or len(data) > _SO_LIMIT:
