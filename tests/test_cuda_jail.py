@@ -13,10 +13,12 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import site
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from importlib import metadata
@@ -208,8 +210,6 @@ def test_a_jailed_child_has_the_limits_and_the_judge_none(tmp_path):
     """A build's child: address space, processes, file size capped, /tmp and /dev/shm sized; a GPU stage's
     jail asks RLIMIT_DATA instead of RLIMIT_AS (CUDA reserves far more address space than it uses); the
     judge's own limits are untouched."""
-    import resource
-
     before = [resource.getrlimit(getattr(resource, n)) for n in ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE")]
     jail = sandbox.Jail(home=tmp_path / "home")
     jail.prepare()
@@ -341,8 +341,6 @@ def test_a_gigabyte_written_by_a_build_is_gone_after_eval(xlang, tmp_path, monke
 def test_eval_without_a_workdir_leaves_no_folder(xlang, tmp_path, monkeypatch):
     monkeypatch.setenv("XLANG_FAKE_GPUS", "[]")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     code, out, err = xlang("eval", "expert", "-l", "triton", "-t", "gemm", "-a", "h100", "--shape", "M=256,N=256,K=256")
     assert code == 4 and "static_ok" in out, out + err
@@ -372,3 +370,38 @@ def test_a_process_killed_by_the_file_limit_says_which_limit(tmp_path, monkeypat
                     raw_env=sandbox.child_env(jail=jail))
     assert "SIGXFSZ" in sandbox.limit_note(run.returncode) and "1 MiB per file" in sandbox.limit_note(run.returncode)
     assert (tmp_path / "home" / "big").stat().st_size == 1 << 20
+
+
+# ---- on the GPU: the GPU stages under their limits ----------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_works_under_a_gpu_stage_jails_limits(tmp_path):
+    """A GPU stage's jail (RLIMIT_DATA, not RLIMIT_AS; processes, file size; the keyring filter): CUDA starts,
+    allocates 1 GiB and multiplies; the limits are the ones asked."""
+    jail = sandbox.Jail(home=tmp_path / "home", gpu=True, uid=sandbox.uid_for_slot(999))
+    jail.prepare()
+    probe = ("import resource as r, torch; a = torch.randn(16384, 16384, device='cuda', dtype=torch.bfloat16); "
+             "b = (a @ a).float().sum().item(); torch.cuda.synchronize(); "
+             "print(r.getrlimit(r.RLIMIT_DATA)[1], r.getrlimit(r.RLIMIT_AS)[1], b == b)")
+    try:
+        run = run_child(jail.command([sys.executable, "-c", probe]), 300, raw_env=sandbox.child_env(jail=jail))
+    finally:
+        sandbox.kill_uid(jail.uid)
+    print(run.stdout, run.stderr[-2000:])
+    data, as_, finite = run.stdout.split()[-3:]
+    assert int(data) == sandbox.GPU_MEMORY and int(as_) == resource.RLIM_INFINITY and finite == "True"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lang", ["cuda_ptx", "triton"])
+def test_the_gemm_expert_is_ok_with_the_jailed_build_and_the_limits(tmp_path, lang):
+    from xlang.profiler.evaluate import EvalOptions, evaluate
+
+    task = get_task("gemm")
+    solution = task.solution(lang, "hopper", get_backend(lang).suffix)
+    verdict = evaluate(solution.text, lang, task, get_arch("h100"), task.shape(),
+                       EvalOptions(workdir=tmp_path / "e", peers=False))
+    print(json.dumps({"lang": lang, "category": verdict.category, "detail": verdict.detail[:300],
+                      "speedup": (verdict.timing or {}).get("speedup"),
+                      "build_s": (verdict.build or {}).get("seconds")}))
+    assert verdict.category == "ok", verdict.detail
