@@ -51,19 +51,19 @@ def check(entry: dict, v, seconds: float) -> list[str]:
 
 
 def survivors() -> list[str]:
-    from xlang.sandbox import BUILD_UID, CANDIDATE_UID_BASE
+    from xlang.sandbox import CANDIDATE_UID_BASE, jail_uid
 
     # With XLANG_GPUS naming one GPU, another corpus run may be judging on another GPU of this machine: only
-    # this GPU's stage uids (4 per GPU) are ours to inspect, and builds (one uid for all) are not.
+    # this GPU's stage uids (4 per GPU) are ours to inspect, and builds (a fresh uid each, any run's) are not.
     only = os.environ.get("XLANG_GPUS")
     if only is not None and only.strip().isdigit():
         first = CANDIDATE_UID_BASE + 4 * int(only)
-        uids = set(range(first, first + 4))
+        ours = set(range(first, first + 4)).__contains__
     else:
-        uids = {BUILD_UID} | set(range(CANDIDATE_UID_BASE, CANDIDATE_UID_BASE + 1000))
+        ours = jail_uid
     out = subprocess.run(["ps", "-eo", "pid,uid,args"], capture_output=True, text=True).stdout.splitlines()
     return [ln for ln in out[1:] if len(ln.split()) > 2 and ln.split()[1].isdigit()
-            and int(ln.split()[1]) in uids and "<defunct>" not in ln]
+            and ours(int(ln.split()[1])) and "<defunct>" not in ln]
 
 
 def main() -> int:

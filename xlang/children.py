@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlang.sandbox import Jail, child_env
+from xlang.sandbox import Jail, child_env, kill_uid
 
 CAPTURE_LIMIT = 256 << 10  # bytes of a child's stdout / stderr kept (the tail); the rest is drained and dropped
 
@@ -124,5 +124,8 @@ def python_child(module: str, args: list[str], timeout: float, cwd: Path | None 
     if jail is not None:
         jail.prepare()
         cmd = jail.command(cmd)
-        return run_child(cmd, timeout, cwd, raw_env=child_env(env, jail=jail))
+        try:
+            return run_child(cmd, timeout, cwd, raw_env=child_env(env, jail=jail))
+        finally:
+            kill_uid(jail.uid)  # what its uid left (a jail without a PID namespace of its own)
     return run_child(cmd, timeout, cwd, env)

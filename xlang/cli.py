@@ -232,16 +232,16 @@ def build_command(
     shape: Optional[str] = typer.Option(None, help="size overrides, e.g. M=4096,N=4096,K=4096"),
     require: Optional[str] = typer.Option(None, help="required families, comma-separated (default: the task's)"),
     as_json: bool = typer.Option(False, "--json", help="print the build result as JSON"),
-    timeout: float = typer.Option(60.0, help="wall-clock limit of the build (import and entry point), seconds"),
+    timeout: float = typer.Option(60.0, help="wall-clock limit of the build (import and entry point; nvcc), seconds"),
     keep: bool = typer.Option(False, "--keep", help="keep the build folder (cubins, PTX, logs) and print its path"),
     no_cache: bool = typer.Option(False, "--no-cache", help="build even when an identical build is cached"),
 ):
     """Compile a candidate for an architecture (no GPU needed) and print its SASS census and verdict."""
-    import shutil
     import tempfile
 
     from xlang.archs import parse_required
     from xlang.backend import build_candidate
+    from xlang.sandbox import remove_tree
     from xlang.terminal import make_console
 
     if timeout <= 0:
@@ -264,7 +264,7 @@ def build_command(
             typer.echo(f"build folder: {workdir}", err=as_json)
     finally:
         if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+            remove_tree(workdir)  # the candidate's child folder too, however deep
     if not result.ok:
         raise typer.Exit(1)
     if result.census.missing:

@@ -113,8 +113,9 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     except json.JSONDecodeError:
         report = None
     if not isinstance(report, dict):
+        note = sandbox.limit_note(child.returncode)
         return None, "the build process died: " + trim_log(
-            child.stderr or child.stdout or f"exit code {child.returncode}"), child.stdout
+            child.stderr or child.stdout or f"exit code {child.returncode}") + (f" ({note})" if note else ""), child.stdout
     outside = [p for p in _paths_in(report) if _below(p, child_dir) is None]
     if outside:  # the report names files we would read (cubins, PTX): only the build's own, no links
         return None, f"the build named files outside its folder or through links: {outside[0][:200]}", ""

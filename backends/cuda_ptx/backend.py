@@ -9,18 +9,44 @@ from __future__ import annotations
 
 import ctypes
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
-from xlang.backend import Backend, BuildResult, KernelImage, trim_log
+from xlang.backend import BUILD_TIMEOUT_MARK, CHILD_FOLDER, Backend, BuildResult, KernelImage, _build_limit, trim_log
 from xlang.census import disassemble
-from xlang.task import ENTRY_POINT
+from xlang.children import run_child
+from xlang.sandbox import Jail, child_env, child_limits, kill_uid, limit_note, size_text
+from xlang.task import ENTRY_POINT, peer_library_folders
 from xlang.toolchain import require_tool
-from xlang.untrusted import replace_file
+from xlang.untrusted import read_untrusted_below, replace_file, write_new
 
 # No import of xlang.agent here: the jailed runner loads this module without the agent package (sandbox._RUNNER_SKIP).
 _FRAME_LINE = re.compile(r"\s+\d+ bytes stack frame, \d+ bytes spill stores, \d+ bytes spill loads")
 _PTXAS_V_CHARS = 64000  # of ptxas -v's report kept in the build record (about 250 kernels)
+_SO_LIMIT = 512 << 20  # of the shared object the judge copies out of the build's folder (the experts': 1-3 MB)
+# How nvcc says that a tool it ran died (cicc, ptxas, the host compiler: a memory limit's kill or abort)
+_KILLED = re.compile(r"died due to signal|died with status|terminated with signal|out of memory|bad_alloc|"
+                     r"Cannot allocate memory|Killed|memory exhausted|File size limit exceeded|File too large", re.I)
+
+
+def _limits_text() -> str:
+    """The build's limits, as a failed build's error names them (a candidate that blew one sees which)."""
+    lim = child_limits(gpu=False, own_uid=True)
+    parts = [f"memory {size_text(lim['--as'])} per process" if "--as" in lim else "",
+             f"files {size_text(lim['--fsize'])} each" if "--fsize" in lim else ""]
+    return "the build's limits: " + ", ".join(p for p in parts if p)
+
+
+def _fresh_folder(path: Path, mode: int) -> Path:
+    """A new, empty folder of the judge's at path: what a rebuild in a kept folder left there goes first (never
+    followed through a link)."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(mode=mode)
+    return path
 
 
 class CudaPtxBackend(Backend):
@@ -87,11 +113,12 @@ class CudaPtxBackend(Backend):
                        capture_output=True, timeout=120)
         return sorted(str(p) for p in folder.glob("*.cubin"))
 
-    def nvcc_command(self, source: Path, output: Path, arch) -> list[str]:
+    def nvcc_command(self, source: Path, output: Path, arch, include_dirs: list[Path] | None = None) -> list[str]:
         return [
             str(require_tool("nvcc")), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-lineinfo", arch.gencode,
-            # The architecture's template headers (arch_docs/<docs>/templates, arch_docs/common/templates).
-            *[arg for d in arch.template_dirs for arg in ("-I", str(d))],
+            # The architecture's template headers (arch_docs/<docs>/templates, arch_docs/common/templates): in a
+            # build, the judge's copies of them in the build folder (compile), never the repository's folders.
+            *[arg for d in (arch.template_dirs if include_dirs is None else include_dirs) for arg in ("-I", str(d))],
             # No -lcuda: a CPU-only build machine has no libcuda, so driver functions (cuTensorMapEncodeTiled
             # for TMA) are reached through cudaGetDriverEntryPoint. -z defs turns a direct call into a link
             # error here instead of a load failure on the GPU machine.
@@ -103,19 +130,41 @@ class CudaPtxBackend(Backend):
         ]
 
     def compile(self, source_path: Path, task, arch, shape, workdir: Path) -> BuildResult:
+        """nvcc (and all it runs: the host compiler, cicc, ptxas, fatbinary, nvlink) in the jail of the Python
+        builds, as the build's own uid, with the jail's limits: it sees the system folders and the CUDA toolkit,
+        its own folder (workdir/child: a copy of the source, its output) and the judge's read-only copy of the
+        architecture's template headers (workdir/include), nothing of the repository; an #include or an
+        assembler .incbin of anything else finds nothing. The judge then reads the shared object out of the
+        child's folder (never through a link) into its own file, on which cuobjdump and the census run."""
         result = BuildResult(False, self.name, task.name, arch.name, shape, str(workdir))
         source = source_path.read_text()
         if not re.search(rf'extern\s+"C"[^;{{]*\b{ENTRY_POINT}\s*\(', source):
             result.error = f"no entry point: define {task.contract.c_signature()}"
             return result
-        so = workdir / "candidate.so"
-        cmd = self.nvcc_command(source_path, so, arch)
+        include = _fresh_folder(workdir / "include", 0o755)
+        include_dirs = []
+        for i, folder in enumerate(arch.template_dirs):  # in the order of the include path (a name may shadow)
+            copy = include / str(i)
+            copy.mkdir(mode=0o755)
+            for header in sorted(folder.iterdir()) if folder.is_dir() else []:
+                if header.is_file() and not header.is_symlink():
+                    write_new(copy / header.name, header.read_bytes(), 0o444)
+            include_dirs.append(copy)
+        child = _fresh_folder(workdir / CHILD_FOLDER, 0o700)
+        child_source = write_new(child / source_path.name, source)
+        so_name = "candidate.so"
+        cmd = self.nvcc_command(child_source, child / so_name, arch, include_dirs)
+        jail = Jail(home=child, readable=[include], hidden=peer_library_folders())
+        jail.prepare()
+        limit_s = _build_limit.get()
         try:
-            proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=300)
-        except subprocess.TimeoutExpired:
-            result.error = "nvcc did not finish within 300 s"
+            proc = run_child(jail.command(cmd), limit_s, cwd=child, raw_env=child_env(jail=jail))
+        finally:
+            kill_uid(jail.uid)  # what it left (a jail without a PID namespace of its own)
+        if proc.timed_out:
+            result.error = f"the build (nvcc) exceeded {limit_s:.0f} s{BUILD_TIMEOUT_MARK}"
             return result
-        log = (proc.stdout + proc.stderr).replace(str(source_path), source_path.name)
+        log = (proc.stdout + proc.stderr).replace(str(child_source), source_path.name)
         # ptxas -v's report (`ptxas info` lines and the stack-frame lines under them) apart from the diagnostics: an
         # error or a warning is not lost among its info lines. xlang.agent.buildinfo reads the report.
         report = [ln.rstrip() for ln in log.splitlines() if ln.startswith("ptxas info")
@@ -123,8 +172,17 @@ class CudaPtxBackend(Backend):
         diagnostics = "\n".join(ln for ln in log.splitlines() if not ln.startswith("ptxas info")
                                  and not _FRAME_LINE.fullmatch(ln.rstrip()))
         if proc.returncode != 0:
-            result.error = trim_log(diagnostics or log)
+            result.error = trim_log(diagnostics or log or f"nvcc ended with exit code {proc.returncode}")
+            note = limit_note(proc.returncode)
+            if note or proc.crashed_by_signal or _KILLED.search(log):
+                result.error += f"\n({note or 'nvcc or a tool it ran ran out of memory, hit a limit or was killed'}; {_limits_text()})"
             return result
+        data = read_untrusted_below(child, so_name, _SO_LIMIT + 1)
+        if data is None or len(data) > _SO_LIMIT:
+            result.error = ("nvcc left no shared object of its own (a regular file, no link)" if data is None
+                            else f"the shared object is larger than {_SO_LIMIT >> 20} MiB")
+            return result
+        so = replace_file(workdir / so_name, data, 0o755)  # the judge's copy: what cuobjdump and the runner read
         result.log = trim_log(diagnostics)
         result.ptxas_v = "\n".join(report)[:_PTXAS_V_CHARS]
         ptx = workdir / "candidate.ptx"
@@ -160,7 +218,6 @@ def host_copy_calls(so_path: str, window: int = 8) -> list[str]:
     """Calls in the host code of a shared object to cudaMemcpy(Async) with kind DeviceToHost or Default, read
     from `objdump -d` (the constant loaded into %ecx within `window` instructions before the call). [] when
     objdump is absent or fails: evidence only."""
-    import shutil
 
     tool = shutil.which("objdump")
     if tool is None:

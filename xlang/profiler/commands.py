@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -12,6 +13,7 @@ from rich.table import Table
 
 from xlang.backend import toolchain_packages
 from xlang.errors import XlangError
+from xlang.sandbox import remove_candidate_folders, remove_tree
 from xlang.task import format_shape
 
 console = Console()
@@ -47,7 +49,10 @@ def eval_command(
                                               "(ms; 0: none): evens out the power state each side's calls start in"),
     seed: Optional[int] = typer.Option(None, help="base seed (default: random, recorded in the verdict)"),
     timeout: float = typer.Option(300.0, help="wall-clock limit of each worker stage, seconds"),
-    workdir: Optional[Path] = typer.Option(None, help="keep the build, logs and tool outputs here"),
+    workdir: Optional[Path] = typer.Option(None, help="write the verdict, the build record, logs and tool outputs "
+                                                      "here (what the candidate wrote is removed unless --keep)"),
+    keep: bool = typer.Option(False, "--keep", help="keep the whole work folder (the candidate's build folder and "
+                                                    "homes too) and print its path"),
 ):
     """Judge a candidate on the GPU: build, correctness, memcheck, executed instructions (ncu), speed vs vendor.
     Exit 0 when ok, 1 for any other verdict, 4 when it compiled but no GPU of the arch could judge it."""
@@ -87,7 +92,20 @@ def eval_command(
                           require=required, check_timeout_s=timeout, memcheck_timeout_s=timeout,
                           ncu_timeout_s=timeout, workdir=workdir, fixed=tuple(parse_shape(shape)), suite=suite,
                           label=f"{task}-{lang}-expert" if expert else file.stem)
-    v = evaluate(candidate, lang, task_obj, arch_obj, shape_obj, options)
+    if workdir is None:  # ours, so that it can be removed after the verdict, whatever happens
+        workdir = options.workdir = Path(tempfile.mkdtemp(prefix=f"xlang-eval-{lang}-{arch_obj.name}-"))
+        given = False
+    else:
+        given = True
+    try:
+        v = evaluate(candidate, lang, task_obj, arch_obj, shape_obj, options)
+    finally:
+        if keep:
+            typer.echo(f"work folder: {workdir}", err=True)
+        elif given:  # the user's folder keeps the judge's records; what the candidate wrote (GBs, maybe) goes
+            remove_candidate_folders(workdir)
+        else:
+            remove_tree(workdir)
     if as_json:
         print(json.dumps(v.to_dict(), indent=1, default=str))
     else:
