@@ -117,6 +117,16 @@ ACCUMULATION_BUGS = {
 }
 
 
+# The accumulation bugs that stay closer to the rule than 10x at its worst input kind (64x512x7168, CPU): a bf16
+# running sum inside a 128-block of 1d2d (about 5x on 'normal', 2x on 'structured'), a bf16 outer accumulator of
+# 1d2d (about 3.4x on 'structured'), and a bf16 running sum inside a 16-block of NVFP4 (about 3.5x on 'normal': a
+# 16-block of e2m1 products needs at most 12 bits, so bf16 loses little there). Each still fails; why it cannot be
+# 10x: its error is within a few tens of what an honest Hopper-like fp8 accumulator makes (8 bits against 13-14).
+WRONG_AT_LEAST = {("gemm_fp8_blockscale", "bf16_running_sum_in_block"): 3.0,
+                  ("gemm_fp8_blockscale", "bf16_outer_accumulator"): 2.5,
+                  ("gemm_nvfp4", "bf16_running_sum_in_block"): 2.0}
+
+
 def ratio(name: str, got, x: dict, shape: dict, kind: str = "normal", bound: bool = True) -> float:
     """The worst |got - ref| / allowed under the task's rule (bound=False: atol and rtol alone, the old rule)."""
     task = get_task(name)

@@ -50,7 +50,8 @@ def compare_output(name: str, got, expected, atol: float, rtol: float, bound=Non
         "output": name, "elements": g.numel(),
         "max_abs_err": float(fdiff.max()) if g.numel() else 0.0,
         "max_rel_err": float(rel.max()) if g.numel() else 0.0,
-        "max_ratio": float((fdiff / allowed.clamp_min(1e-30)).max()) if g.numel() else 0.0,
+        "max_ratio": float("inf") if n_nan or n_inf else float((diff / allowed.clamp_min(1e-30)).max())
+        if g.numel() else 0.0,
         "mismatches": n_bad, "nan": n_nan, "inf": n_inf,
     }
     if n_bad or n_nan or n_inf:
