@@ -112,9 +112,86 @@ def fp16_wgmma_accumulator(inputs, shape):
     return _scaled_sum(_narrow_partials(inputs["A"], inputs["B"], torch.float16, 32), inputs, shape, torch.float32)
 
 
+def _with_column_scales(inputs, shape, sa, sb_cols):
+    """The 1d2d kernel with SA [M, KB] and the scale of each column of C per K block, sb_cols [N, KB], given."""
+    P = _partials(inputs["A"], inputs["B"])
+    scale = sa.t()[:, :, None] * sb_cols.t()[:, None, :]
+    C = torch.zeros(P.shape[1:])
+    for kb in range(P.shape[0]):
+        C = C + P[kb] * scale[kb]
+    return C.to(torch.bfloat16)
+
+
+def sa_m_major(inputs, shape):
+    """SA read as DeepGEMM's kernel layout, M-major [K/128, M]: (m, kb) taken from flat index kb * M + m."""
+    SA = inputs["SA"]
+    return honest({**inputs, "SA": SA.flatten().view(SA.shape[1], SA.shape[0]).t()}, shape)
+
+
+def sb_per_row(inputs, shape):
+    """SB indexed by the row n of B instead of its row block n // 128 (flat index n * KB + kb, wrapped in range)."""
+    SB = inputs["SB"]
+    NB, KB = SB.shape
+    idx = (torch.arange(shape["N"])[:, None] * KB + torch.arange(KB)[None, :]) % (NB * KB)
+    return _with_column_scales(inputs, shape, inputs["SA"], SB.flatten()[idx])
+
+
+def one_sb_per_256_columns(inputs, shape):
+    """One SB row block per 256-wide N tile (a tile of 256 taken as one scale block)."""
+    SB = inputs["SB"]
+    return _with_column_scales(inputs, shape, inputs["SA"], SB[torch.arange(shape["N"]) // 256])
+
+
+def k_block_off_by_one(inputs, shape):
+    """K block kb scaled with block kb + 1's SA and SB (the last with the first's)."""
+    return honest({**inputs, "SA": inputs["SA"].roll(-1, 1), "SB": inputs["SB"].roll(-1, 1)}, shape)
+
+
+def last_block_scales(inputs, shape):
+    """One scale in the epilogue: the un-scaled sum times the last K block's SA and SB."""
+    sa = inputs["SA"][:, -1:]
+    sb = _sb_columns(inputs["SB"], shape["N"])[-1]
+    return (_partials(inputs["A"], inputs["B"]).sum(0) * sa * sb).to(torch.bfloat16)
+
+
+def ue8m0_truncated_scales(inputs, shape):
+    """Scales cut to their power of two (sign and exponent kept, mantissa dropped: DeepGEMM's UE8M0 on SM100)."""
+    def cut(s):
+        return torch.exp2(torch.floor(torch.log2(s)))
+
+    return honest({**inputs, "SA": cut(inputs["SA"]), "SB": cut(inputs["SB"])}, shape)
+
+
+def bf16_outer_accumulator(inputs, shape):
+    """fp32 partial sums per block, the scaled partials added to a bf16 accumulator."""
+    return honest(inputs, shape, acc=torch.bfloat16)
+
+
+def bf16_running_sum_in_block(inputs, shape):
+    """Every product of a block added to a bf16 running sum; the scaled partials to an fp32 accumulator."""
+    return _scaled_sum(_narrow_partials(inputs["A"], inputs["B"], torch.bfloat16, 1), inputs, shape, torch.float32)
+
+
+def dequantise_to_bf16_then_gemm(inputs, shape):
+    """A and B dequantised (value times its fp32 scale) and rounded to bf16, then an fp32-accumulated GEMM."""
+    from tasks.gemm_fp8_blockscale import dequantise
+
+    A, B = dequantise(inputs, shape)
+    return (A.to(torch.bfloat16).float() @ B.to(torch.bfloat16).float().t()).to(torch.bfloat16)
+
+
 WRONG = {"ignores_scales": ignores_scales, "per_tensor_scales": per_tensor_scales, "per_row_scales": per_row_scales,
          "sb_misindexed": sb_misindexed, "first_block_scales": first_block_scales, "bf16_accumulator": bf16_accumulator,
-         "fp16_wgmma_accumulator": fp16_wgmma_accumulator}
+         "fp16_wgmma_accumulator": fp16_wgmma_accumulator, "sa_m_major": sa_m_major, "sb_per_row": sb_per_row,
+         "one_sb_per_256_columns": one_sb_per_256_columns, "k_block_off_by_one": k_block_off_by_one,
+         "last_block_scales": last_block_scales, "ue8m0_truncated_scales": ue8m0_truncated_scales,
+         "bf16_outer_accumulator": bf16_outer_accumulator, "bf16_running_sum_in_block": bf16_running_sum_in_block,
+         "dequantise_to_bf16_then_gemm": dequantise_to_bf16_then_gemm}
+# Bugs a shape cannot show: with one K block (K = 128) every K-block misplacement is the right block
+# (sa_m_major still misreads rows unless M = 1); with N <= 128 one SB row block covers every column (sb_per_row,
+# one_sb_per_256_columns and sb_misindexed see block 0 or wrap onto it).
+K_BLOCK_BUGS = ("k_block_off_by_one", "last_block_scales", "first_block_scales", "per_row_scales")
+N_BLOCK_BUGS = ("sb_per_row", "one_sb_per_256_columns", "sb_misindexed")
 
 
 def error(got, want, atol, rtol) -> dict:

@@ -1,59 +1,91 @@
-"""The block-scaled GEMM tasks at their default depth (K = 7168): an honest kernel (per scale block, the products
-summed in fp32 and scaled, added in K order to an fp32 accumulator, the result rounded to bf16) passes the task's
-tolerance with margin on drawn inputs, and near cancellation its fp32 summation stays far below atol.
+"""The block-scaled GEMM tasks at their default depth (K = 7168), judged by the task's own rule (the judge's
+compare_output with atol, rtol and the task's error bound, Task.error_bound): honest kernels, including the audit's
+model of Hopper's fp8 wgmma (each block's running partial truncated to 14 significant bits per 32-wide k-step) and a
+harsher one (every term of a k-step aligned to the largest and truncated to 13 bits, which puts the 1d2d task where
+the H200 put cuBLASLt: several times the old atol / rtol), pass at 0.5 of it or less, where the old rule (atol and
+rtol alone) failed them; and the accumulation bugs stay over it. CPU only: the models are
+benchmarks/block_scaled_models.py; the H200's own figures come from benchmarks/block_scaled_tolerance_h200.py."""
 
-The small-K shapes of the tasks' own tests never showed it: with the first draws (block magnitudes up to 2**8 per
-operand for NVFP4, blocks around N(0, 1) for MXFP8) an honest in-order accumulation missed the tolerance on 4-7 of
-262,144 elements at 512x512x7168 for gemm_nvfp4, and reached 0.68-0.95 of it for gemm_mxfp8, which more elements
-(4096x4096) would pass. CPU only; the GPU's own summation order is what the H200 run will show."""
+import importlib
+import importlib.util
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from xlang.profiler.stages.check import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
-SHAPE = {"M": 320, "N": 384, "K": 7168}  # the default K; M and N small enough for a CPU test
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("block_scaled_models", ROOT / "benchmarks" / "block_scaled_models.py")
+models = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(models)
+
+SHAPE = {"M": 64, "N": 512, "K": 7168}  # the default K; M and N small enough for a CPU test
+TASKS = ("gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4")
 
 
-def _operands(name, x):
-    """(A fp32 [M, K], B fp32 [N, K], SA per (row, block), SB per (row of B, block), block size): the values as the
-    MMA reads them and the scales it applies per block."""
-    if name == "gemm_nvfp4":
-        from tasks.gemm_nvfp4 import unpack_e2m1
-
-        return unpack_e2m1(x["A"]).float(), unpack_e2m1(x["B"]).float(), x["SA"].float(), x["SB"].float(), 16
-    if name == "gemm_mxfp8":
-        def exp2(s):
-            return (s.float() - 127).exp2()
-
-        return x["A"].float(), x["B"].float(), exp2(x["SA"]), exp2(x["SB"]), 32
-    b = x["B"].float()
-    return x["A"].float(), b, x["SA"].float(), x["SB"].float().repeat_interleave(128, 0)[: b.shape[0]], 128
+@pytest.fixture(scope="module")
+def inputs():
+    return {(name, kind): get_task(name).make_inputs(SHAPE, 0, "cpu", kind)
+            for name in TASKS for kind in get_task(name).input_kinds}
 
 
-def _honest_fp32(name, x):
-    a, b, sa, sb, block = _operands(name, x)
-    acc = torch.zeros(a.shape[0], b.shape[0])
-    for kb in range(a.shape[1] // block):
-        cols = slice(kb * block, (kb + 1) * block)
-        acc += (a[:, cols] @ b[:, cols].t()) * (sa[:, kb:kb + 1] * sb[:, kb][None, :])
-    return acc
-
-
-@pytest.mark.parametrize("name", ["gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4"])
+@pytest.mark.parametrize("name", TASKS)
 @pytest.mark.parametrize("kind", ["normal", "structured"])
-def test_an_honest_kernel_passes_at_the_default_depth_with_margin(name, kind):
-    task = get_task(name)
-    tol = task.tolerance
-    for seed in (0, 1):
-        x = task.make_inputs(SHAPE, seed, "cpu", kind)
-        want = task.reference(x, SHAPE)["C"].double()
-        acc = _honest_fp32(name, x)
-        bound = tol["atol"] + tol["rtol"] * want.abs()
-        fp32_only = float(((acc.double() - want).abs() / bound).max())
-        assert fp32_only < 0.1, (name, kind, seed, fp32_only)  # summation order alone: far below the tolerance
-        got = acc.to(torch.bfloat16)
-        assert "failure" not in compare_output("C", got, want.float(), tol["atol"], tol["rtol"])
-        assert float(((got.double() - want).abs() / bound).max()) < 0.5  # bf16's rounding (0.39) dominates
+@pytest.mark.parametrize("model,bits", [("fp32", 0), ("trunc", 14), ("trunc", 13), ("align", 14), ("align", 13)])
+def test_honest_accumulation_passes_at_the_default_depth_with_margin(inputs, name, kind, model, bits):
+    if (model, bits) == ("align", 13) and kind == "structured" and name == "gemm_fp8_blockscale":
+        pytest.skip("harsher than the H200 on 'structured' (0.49 here with the old rule's 0.51; cuBLASLt 0.43)")
+    x = inputs[(name, kind)]
+    got = models.honest(name, x, SHAPE, model, bits)
+    assert models.ratio(name, got, x, SHAPE, kind) <= 0.5, (name, kind, model, bits)
+
+
+def test_the_old_rule_failed_hopper_like_accumulation_of_the_fp8_tasks(inputs):
+    # The reason for the bound: atol / rtol alone failed an honest fp8 tensor core near cancellation (the H200:
+    # cuBLASLt at 3.8-4.3x on 'normal' inputs for 1d2d), and still fails these models; the new rule passes them.
+    for name, model, bits in (("gemm_fp8_blockscale", "align", 13), ("gemm_fp8_blockscale", "trunc", 13),
+                              ("gemm_mxfp8", "align", 13)):
+        x = inputs[(name, "normal")]
+        got = models.honest(name, x, SHAPE, model, bits)
+        old = models.ratio(name, got, x, SHAPE, "normal", bound=False)
+        assert old > 1.0, (name, model, bits, old)
+        assert models.ratio(name, got, x, SHAPE, "normal") <= 0.5
+
+
+def test_the_bound_is_the_derived_one_and_the_judge_computes_it_from_the_inputs(inputs):
+    # u * (|A_deq| @ |B_deq|^T), u from the task's accumulation_unit, on the inputs' device
+    for name in TASKS:
+        task = get_task(name)
+        x = inputs[(name, "normal")]
+        ops = models.operands(name, x, SHAPE)
+        blk = ops["block"]
+        a = (ops["a"] * ops["sa"].repeat_interleave(blk, 1)).double().abs()
+        b = (ops["b"] * ops["sb"].repeat_interleave(blk, 1)).double().abs()
+        want = importlib.import_module(f"tasks.{name}").accumulation_unit(SHAPE["K"]) * (a @ b.t())
+        got = task.bound_for("C", x, SHAPE)
+        assert got.dtype == torch.float32 and got.shape == (SHAPE["M"], SHAPE["N"])
+        assert torch.allclose(got.double(), want, rtol=1e-5)
+        assert task.error_bound_rule.startswith("bound[m, n] = u * sum_k")
+    assert importlib.import_module("tasks.gemm_fp8_blockscale").accumulation_unit(7168) == 4 * 2.0 ** -13 + 56 * 2.0 ** -24
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_accumulation_bugs_fail_at_the_default_depth(inputs, name):
+    # bf16 accumulators fail; dequantising to bf16 is a bug only for 1d2d, whose fp32 scales make the dequantised
+    # values fp32 (MXFP8's and NVFP4's fit bf16 exactly: their baselines do just that).
+    for bug, f in models.ACCUMULATION_BUGS.items():
+        if bug == "dequantise_to_bf16_then_gemm" and name == "gemm_fp8_blockscale":
+            # At this depth its error (each operand rounded to 8 bits: random-sign, growing as sqrt(K)) sits inside
+            # the bound that Hopper's own fp8 accumulation needs (0.77 of the rule, 64x512x7168): as accurate as the
+            # vendor, though not the contract's computation. Values cannot reject it here; the required families
+            # do (wgmma_fp8 / tcgen05_f8f6f4, 80% of the executed MMA work: a bf16 GEMM is HGMMA / kind::f16), and
+            # at shallow K it fails the values too (tests/test_fp8_task.py).
+            continue
+        worst = max(models.ratio(name, f(name, x_, SHAPE), x_, SHAPE, kind)
+                    for (n, kind), x_ in inputs.items() if n == name)
+        if bug == "dequantise_to_bf16_then_gemm" and name != "gemm_fp8_blockscale":
+            assert worst <= 0.5, (name, bug, worst)
+        else:
+            assert worst > models.WRONG_AT_LEAST.get((name, bug), 10.0), (name, bug, worst)

@@ -23,8 +23,14 @@ TASK = get_task("gemm_fp8_blockscale")
 SHAPES = ({"M": 77, "N": 208, "K": 512}, {"M": 130, "N": 144, "K": 384}, {"M": 5, "N": 4096, "K": 256})
 
 
-def _fails(got, want) -> bool:
-    return "failure" in compare_output("C", got, want, TASK.tolerance["atol"], TASK.tolerance["rtol"])
+def _stats(got, inputs, shape, kind="normal") -> dict:
+    """The judge's own rule: atol, rtol and the task's error bound, computed from the inputs."""
+    atol, rtol = TASK.tolerance_for("C", kind)
+    return compare_output("C", got, TASK.reference(inputs, shape)["C"], atol, rtol, TASK.bound_for("C", inputs, shape))
+
+
+def _fails(got, inputs, shape, kind="normal") -> bool:
+    return "failure" in _stats(got, inputs, shape, kind)
 
 
 def test_reference_is_a_per_block_dequantise_then_matmul():
@@ -71,22 +77,45 @@ def test_scales_vary_by_block_over_orders_of_magnitude_and_fp8_uses_its_range(ki
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s.values())))
 def test_an_honest_kernel_passes_with_margin(kind, shape):
     inputs = TASK.make_inputs(shape, 11, "cpu", kind)
-    want = TASK.reference(inputs, shape)["C"]
     got = emu.honest(inputs, shape)
-    assert not _fails(got, want)
-    assert emu.error(got, want, TASK.tolerance["atol"], TASK.tolerance["rtol"])["ratio"] < 0.5
+    assert _stats(got, inputs, shape, kind)["max_ratio"] < 0.5
+
+
+# The ratio to the rule (atol + rtol |ref| + the error bound) each wrong kernel must pass on the shapes above at its
+# worst input kind. Measured 2026-12-04 on CPU, seed 11, (normal / structured) per shape: the scale bugs 53 .. 1e9 on
+# every kind (UE8M0-truncated scales 57-73, K block off by one 53-816, the rest hundreds and more, fp16 accumulator
+# Inf); a bf16 running sum inside each block 5.8-7.9 / 3.9-4.5; dequantising to bf16 then an fp32 GEMM 1.15-1.85 /
+# 0.53-0.63. Those two err by a few tens of what an honest Hopper-like fp8 accumulator makes (8 bits against
+# 13-14), so no magnitude-scaled bound that passes the H200 can put them 10x over. A bf16 outer accumulator adds
+# only 2-4 block partials here (0.47-1.08: like rounding the output to bf16 a few times): a bug of deep K, tested at
+# the default depth in tests/test_block_scaled_depth.py.
+WORST_KIND_AT_LEAST = {"bf16_accumulator": 3.0, "bf16_running_sum_in_block": 3.0, "dequantise_to_bf16_then_gemm": 1.0}
+DEEP_K_ONLY = ("bf16_outer_accumulator",)
 
 
 @pytest.mark.parametrize("name", sorted(emu.WRONG))
 def test_kernels_that_ignore_average_or_misplace_the_scales_or_accumulate_narrow_fail(name):
-    # every wrong kernel fails every input kind at every shape (ratios measured: 4.4 for the bf16 accumulator on the
-    # structured kind, hundreds to 1e7 for the others; the fp16 accumulator overflows: fp8 products reach 448**2)
-    for kind in TASK.input_kinds:
-        for shape in SHAPES:
+    # the fp16 accumulator overflows: fp8 products reach 448**2
+    if name in DEEP_K_ONLY:
+        pytest.skip("a bug of deep K (see WORST_KIND_AT_LEAST)")
+    for shape in SHAPES:
+        ratios = {}
+        for kind in TASK.input_kinds:
             inputs = TASK.make_inputs(shape, 11, "cpu", kind)
-            want = TASK.reference(inputs, shape)["C"]
-            got = emu.WRONG[name](inputs, shape)
-            assert _fails(got, want), (name, kind, shape)
+            ratios[kind] = _stats(emu.WRONG[name](inputs, shape), inputs, shape, kind)["max_ratio"]
+        if name in WORST_KIND_AT_LEAST:
+            assert max(ratios.values()) > WORST_KIND_AT_LEAST[name], (name, shape, ratios)
+        else:
+            assert min(ratios.values()) >= 10.0, (name, shape, ratios)
+
+
+def test_the_wrong_kernels_that_need_several_k_or_n_blocks_pass_where_there_is_one():
+    # Not a weakness of the rule: with one K block every K-block bug reads the right block, and with N <= 128 one SB
+    # row block covers every column; an evaluation draws shapes of many blocks (and the default has 56 x 32).
+    shape = {"M": 57, "N": 112, "K": 128}
+    inputs = TASK.make_inputs(shape, 3, "cpu", "normal")
+    for name in ("k_block_off_by_one", "last_block_scales", "one_sb_per_256_columns"):
+        assert not _fails(emu.WRONG[name](inputs, shape), inputs, shape), name
 
 
 def test_drawn_shapes_have_tails_and_keep_the_contract():
@@ -141,3 +170,31 @@ def test_every_language_renders_the_task_at_every_docs_level(arch_name):
             assert "const __nv_fp8_e4m3* A" in text and "M=4096,N=4096,K=7168" in text
             required = "wgmma_fp8" if arch_name == "h100" else "tcgen05_f8f6f4"
             assert f"`{required}`" in text and "torch _scaled_mm" in text
+
+
+def test_the_judges_rule_adds_the_bound_and_says_so():
+    # compare_output: |got - ref| <= atol + rtol |ref| + bound per element; the failure text names the bound's rule
+    from xlang.profiler.stages.check import describe_failure
+
+    ref = torch.tensor([0.0, 100.0, 0.0])
+    got = torch.tensor([0.5, 100.5, 0.005])
+    assert "failure" in compare_output("C", got, ref, 0.01, 0.01)
+    ok = compare_output("C", got, ref, 0.01, 0.01, torch.tensor([0.49, 0.0, 0.0]))
+    assert "failure" not in ok and abs(ok["max_ratio"] - 0.5 / 0.5) < 1e-6
+    bad = compare_output("C", got, ref, 0.01, 0.01, torch.tensor([0.48, 0.0, 0.0]))
+    assert bad["mismatches"] == 1 and bad["failure"]["index"] == [0] and abs(bad["failure"]["allowed"] - 0.49) < 1e-6
+    text = describe_failure(bad, {"M": 1, "N": 3, "K": 128}, 0, 1, 0.01, 0.01, TASK.error_bound_rule)
+    assert TASK.error_bound_rule in text and "allowed |err| 0.49" in text
+    nan = compare_output("C", torch.tensor([float("nan"), 0.0, 0.0]), ref, 0.01, 0.01, torch.ones(3))
+    assert nan["failure"]["kind"] == "nan" and nan["max_ratio"] == float("inf")
+
+
+def test_the_prompt_states_the_bound_exactly():
+    from xlang import backend as B
+    from xlang.agent.prompt import first_prompt
+    from xlang.archs import get_arch
+
+    arch = get_arch("h100")
+    text = first_prompt(TASK, arch, B.get_backend("triton"), TASK.shape(), TASK.required_for(arch), "none")
+    assert "|got - ref| <= atol + rtol * |ref| + bound" in text and TASK.error_bound_rule in text
+    assert "u = 4 * 2**-13 + (K / 128) * 2**-24" in text

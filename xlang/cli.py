@@ -49,6 +49,7 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
              "entry_point": t.contract.python_signature().removeprefix("def ").removesuffix(" -> None"),
              "default_shape": dict(t.default_shape), "atol": t.tolerance["atol"], "rtol": t.tolerance["rtol"],
              "output_tolerance": {k: dict(v) for k, v in t.output_tolerance.items()},
+             "error_bound": t.error_bound_rule if t.error_bound is not None else None,
              "baseline": t.baseline_name,
              "peers": [{"name": p.name, "display": p.display, "packages": list(p.distributions),
                         "installed": p.missing() is None} for p in t.peers],
@@ -64,7 +65,8 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
     for r in rows:
         table.add_row(r["task"], r["what"], _spaced(format_shape(r["default_shape"])),
                       f"atol={r['atol']} rtol={r['rtol']}" + "".join(
-                          f"; {k}: atol={v['atol']} rtol={v['rtol']}" for k, v in r["output_tolerance"].items()),
+                          f"; {k}: atol={v['atol']} rtol={v['rtol']}" for k, v in r["output_tolerance"].items())
+                      + ("; plus a per-element error bound (its rule: --json, error_bound)" if r["error_bound"] else ""),
                       r["baseline"])
     console.print(keep_words(table, console))
     entries = Table(title="entry points (inputs, outputs, then sizes)")

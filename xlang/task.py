@@ -239,6 +239,20 @@ class Task:
     # varlen forward, or its per-sequence fallback): shape -> name, called in the judge (same torch and GPU as the
     # vendor's process), which the timing record carries. None: baseline_name always.
     baseline_label: Callable[[dict], str] | None = None
+    # An error bound per element on top of atol + rtol |ref|, for outputs whose honest error scales with the
+    # magnitudes summed and not with the result (block-scaled GEMMs near cancellation: the fp8 tensor core keeps
+    # ~14 bits of each partial sum): (inputs, shape) -> {output: fp32 tensor of the output's shape}, computed by
+    # the judge from its own copy of the inputs, on their device, never from anything the candidate wrote. The
+    # check is then |got - ref| <= atol + rtol |ref| + bound. error_bound_rule says it in words (the prompt, the
+    # failure text, `xlang tasks` and the verdict's fingerprint quote it).
+    error_bound: Callable[[dict, dict], dict] | None = None
+    error_bound_rule: str = ""
+
+    def bound_for(self, output: str, inputs: dict, shape: dict):
+        """The extra per-element allowance of one output (Task.error_bound), or None where the task has none."""
+        if self.error_bound is None:
+            return None
+        return self.error_bound(inputs, shape).get(output)
 
     def tolerance_for(self, output: str, kind: str = "normal") -> tuple[float, float]:
         """(atol, rtol) of one output in a trial of input kind `kind`, applied per element as torch.allclose does."""

@@ -85,7 +85,9 @@ def task_section(task, shape: dict) -> str:
         f"- Tolerance per element (as torch.allclose against the fp32 reference): atol={task.tolerance['atol']}, "
         f"rtol={task.tolerance['rtol']}"
         + "".join(f"; {name}: atol={t['atol']}, rtol={t['rtol']}" for name, t in task.output_tolerance.items())
-        + (" (for inputs scaled by powers of two, atol scales with the outputs)." if task.kind_output_scale else "."),
+        + (" (for inputs scaled by powers of two, atol scales with the outputs)." if task.kind_output_scale else ".")
+        + (f" Plus, per element, the task's error bound: |got - ref| <= atol + rtol * |ref| + bound, where "
+           f"{task.error_bound_rule}." if task.error_bound is not None else ""),
         f"- Baseline: {task.baseline_name}; work at the default shape: {task.flops(shape) / 1e9:.1f} GFLOP.",
     ]
     return "\n".join(lines)

@@ -88,6 +88,8 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.fingerprint["tolerance"] = dict(task.tolerance)  # what "correct" meant (it may change per task)
     if task.output_tolerance or task.kind_output_scale:
         verdict.fingerprint["tolerance"].update(outputs=task.output_tolerance, kind_scales=task.kind_output_scale)
+    if task.error_bound is not None:  # the per-element bound on top of atol / rtol, in words
+        verdict.fingerprint["tolerance"]["error_bound"] = task.error_bound_rule
     verdict.fingerprint["stage_seconds"] = ctx.stage_seconds
     if options.static is not None and build is not None:  # screen, build and census ran where it was built
         verdict.build, verdict.compiled, verdict.census_ok = build.to_dict(), True, options.static.get("census_ok")

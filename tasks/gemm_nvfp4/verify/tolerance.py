@@ -54,9 +54,12 @@ WRONG = {
 }
 
 
-def ratio(got, want) -> float:
+def ratio(got, want, bound=None) -> float:
+    """Worst |got - want| / (atol + rtol |want| + bound): bound is the task's error bound (TASK.bound_for) where the
+    judge's rule is meant, None for atol / rtol alone."""
     tol = TASK.tolerance
-    return float(((got.double() - want.double()).abs() / (tol["atol"] + tol["rtol"] * want.double().abs())).max())
+    allowed = tol["atol"] + tol["rtol"] * want.double().abs() + (0 if bound is None else bound.double())
+    return float(((got.double() - want.double()).abs() / allowed).max())
 
 
 def exact(x):
@@ -73,10 +76,11 @@ def figures() -> dict[str, float]:
             for seed in SEEDS:
                 x = TASK.make_inputs(shape, seed, "cpu", kind)
                 want = TASK.reference(x, shape)["C"]
-                out["honest"] = max(out["honest"], ratio(honest(x), want))
-                out["reference_vs_fp64"] = max(out["reference_vs_fp64"], ratio(want, exact(x)))
+                bound = TASK.bound_for("C", x, shape)
+                out["honest"] = max(out["honest"], ratio(honest(x), want, bound))
+                out["reference_vs_fp64"] = max(out["reference_vs_fp64"], ratio(want, exact(x), bound))
                 for name, wrong in WRONG.items():
-                    out[name] = min(out[name], ratio(wrong(x), want))
+                    out[name] = min(out[name], ratio(wrong(x), want, bound))
     return out
 
 

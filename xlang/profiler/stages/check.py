@@ -26,8 +26,10 @@ def seed_for(base: int, shape_index: int, trial: int) -> int:
     return base + 1000 * shape_index + trial
 
 
-def compare_output(name: str, got, expected, atol: float, rtol: float) -> dict:
-    """Stats of one output against its fp32 reference; 'failure' set when it fails (NaN, Inf, mismatch)."""
+def compare_output(name: str, got, expected, atol: float, rtol: float, bound=None) -> dict:
+    """Stats of one output against its fp32 reference; 'failure' set when it fails (NaN, Inf, mismatch). Per element
+    |got - expected| <= atol + rtol |expected| (+ bound: the task's error bound of this output, a tensor of its
+    shape, Task.error_bound, where it has one). max_ratio: the worst |got - expected| / allowed (1 or more fails)."""
     import torch
 
     g = got.float()
@@ -35,7 +37,10 @@ def compare_output(name: str, got, expected, atol: float, rtol: float) -> dict:
     nan = torch.isnan(g)
     inf = torch.isinf(g)
     diff = (g - e).abs()
-    ok_elem = diff <= atol + rtol * e.abs()  # NaN compares False
+    allowed = atol + rtol * e.abs()
+    if bound is not None:
+        allowed = allowed + bound.float().to(allowed.device)
+    ok_elem = diff <= allowed  # NaN compares False
     bad = ~ok_elem
     n_bad, n_nan, n_inf = int(bad.sum()), int(nan.sum()), int(inf.sum())
     finite = ~(nan | inf)
@@ -45,6 +50,8 @@ def compare_output(name: str, got, expected, atol: float, rtol: float) -> dict:
         "output": name, "elements": g.numel(),
         "max_abs_err": float(fdiff.max()) if g.numel() else 0.0,
         "max_rel_err": float(rel.max()) if g.numel() else 0.0,
+        "max_ratio": float("inf") if n_nan or n_inf else float((diff / allowed.clamp_min(1e-30)).max())
+        if g.numel() else 0.0,
         "mismatches": n_bad, "nan": n_nan, "inf": n_inf,
     }
     if n_bad or n_nan or n_inf:
@@ -56,6 +63,8 @@ def compare_output(name: str, got, expected, atol: float, rtol: float) -> dict:
             "kind": kind, "index": index,
             "got": float(g.flatten()[flat]), "expected": float(e.flatten()[flat]),
         }
+        if bound is not None:
+            stats["failure"]["allowed"] = float(allowed.flatten()[flat])
     return stats
 
 
@@ -87,7 +96,8 @@ def compare_inputs(before: dict, after: dict) -> dict | None:
     return None
 
 
-def describe_failure(stats: dict, shape: dict, trial: int, seed: int, atol: float, rtol: float) -> str:
+def describe_failure(stats: dict, shape: dict, trial: int, seed: int, atol: float, rtol: float,
+                     bound_rule: str = "") -> str:
     f = stats["failure"]
     where = f"{stats['output']}[{', '.join(map(str, f['index']))}]"
     ctx = f"(shape {format_shape(shape)}, trial {trial}, seed {seed})"
@@ -96,6 +106,11 @@ def describe_failure(stats: dict, shape: dict, trial: int, seed: int, atol: floa
                 f"computed as NaN); first at {where}, expected {f['expected']:.6g} {ctx}")
     if f["kind"] == "inf":
         return f"{stats['output']}: {stats['inf']} elements are Inf; first at {where}, expected {f['expected']:.6g} {ctx}"
+    if "allowed" in f:  # the task's error bound applies (Task.error_bound)
+        return (f"{stats['output']}: {stats['mismatches']} of {stats['elements']} elements outside atol={atol} "
+                f"rtol={rtol} plus the task's error bound ({bound_rule}); first at {where}: got {f['got']:.6g}, "
+                f"expected {f['expected']:.6g}, allowed |err| {f['allowed']:.4g}; worst |err| / allowed "
+                f"{stats['max_ratio']:.4g}, max abs err {stats['max_abs_err']:.4g} {ctx}")
     return (f"{stats['output']}: {stats['mismatches']} of {stats['elements']} elements outside atol={atol} "
             f"rtol={rtol}; first at {where}: got {f['got']:.6g}, expected {f['expected']:.6g}; "
             f"max abs err {stats['max_abs_err']:.4g}, max rel err {stats['max_rel_err']:.4g} {ctx}")
@@ -103,7 +118,8 @@ def describe_failure(stats: dict, shape: dict, trial: int, seed: int, atol: floa
 
 def verify(ctx, call: Call, inputs: dict, where: str, kind: str = "normal") -> dict:
     """Check one finished call against the judge's own copy of its inputs (of value kind `kind`): slack, inputs,
-    outputs (each with its tolerance, Task.tolerance_for)."""
+    outputs (each with its tolerance, Task.tolerance_for, and the task's error bound, Task.error_bound: both the
+    reference and the bound come from the judge's `inputs`, never from the candidate's buffers)."""
     task = ctx["task"]
     call.check_slack(where)
     changed = compare_inputs(inputs, call.input_tensors())
@@ -112,13 +128,14 @@ def verify(ctx, call: Call, inputs: dict, where: str, kind: str = "normal") -> d
                                    f"{changed['elements']} elements changed, first at {changed['input']}"
                                    f"[{', '.join(map(str, changed['index']))}] ({where})")
     reference = task.reference(inputs, call.shape)
+    bounds = task.error_bound(inputs, call.shape) if task.error_bound is not None else {}
     stats = []
     for name, got in call.output_tensors().items():
         atol, rtol = task.tolerance_for(name, kind)
-        s = compare_output(name, got, reference[name], atol, rtol)
+        s = compare_output(name, got, reference[name], atol, rtol, bounds.get(name))
         stats.append(s)
         if "failure" in s:
-            text = describe_failure(s, call.shape, -1, -1, atol, rtol)
+            text = describe_failure(s, call.shape, -1, -1, atol, rtol, task.error_bound_rule)
             raise Outcome("incorrect", text[: text.rfind(" (shape ")] + f" ({where})")
     return {"outputs": stats}
 
