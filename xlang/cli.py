@@ -66,7 +66,7 @@ def tasks_command(as_json: bool = typer.Option(False, "--json", help="print the 
         table.add_row(r["task"], r["what"], _spaced(format_shape(r["default_shape"])),
                       f"atol={r['atol']} rtol={r['rtol']}" + "".join(
                           f"; {k}: atol={v['atol']} rtol={v['rtol']}" for k, v in r["output_tolerance"].items())
-                      + ("; plus a per-element error bound (its rule: --json, error_bound)" if r["error_bound"] else ""),
+                      + (" + a bound per element (--json)" if r["error_bound"] else ""),
                       r["baseline"])
     console.print(keep_words(table, console))
     entries = Table(title="entry points (inputs, outputs, then sizes)")

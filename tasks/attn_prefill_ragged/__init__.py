@@ -176,8 +176,8 @@ def baseline_plan(shape, capability) -> str | None:
     return None
 
 
-FA2_NAME = "FA2 varlen forward (torch aten._flash_attention_forward, cu_seqlens, causal)"
-FALLBACK_NAME = ("per sequence: cuDNN SDPA causal forward (torch CUDNN_ATTENTION), and SDPA's flash/efficient/math "
+FA2_NAME = "FA2 varlen forward (torch.ops.aten flash attention forward over cu_seqlens, causal)"
+FALLBACK_NAME = ("per sequence: cuDNN SDPA causal forward (torch CUDNN_ATTENTION) and SDPA's flash, efficient or math "
                  "for 1-token sequences (cuDNN refuses key length 1)")
 
 
