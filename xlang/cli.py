@@ -237,12 +237,12 @@ def build_command(
     no_cache: bool = typer.Option(False, "--no-cache", help="build even when an identical build is cached"),
 ):
     """Compile a candidate for an architecture (no GPU needed) and print its SASS census and verdict."""
-    import shutil
     import tempfile
 
     from xlang.archs import parse_required
     from xlang.backend import build_candidate
     from xlang.terminal import make_console
+    from xlang.untrusted import remove_untrusted_tree
 
     if timeout <= 0:
         raise XlangError("--timeout must be positive (seconds)")
@@ -264,7 +264,10 @@ def build_command(
             typer.echo(f"build folder: {workdir}", err=as_json)
     finally:
         if not keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+            try:  # the child's folder holds what the candidate planted: removed without recursion or links
+                remove_untrusted_tree(workdir)
+            except OSError:
+                pass
     if not result.ok:
         raise typer.Exit(1)
     if result.census.missing:
