@@ -1,0 +1,214 @@
+"""The judge's own work against hostile candidates (issue 46): a build whose report names more than the judge takes,
+a folder chain deeper than any walk goes, FIFOs and links where the judge reads, a foreign process on the GPU, and a
+build interrupted by Ctrl-C. Each hostile candidate ends in a named verdict within its time limit; none is an
+internal error, a hang, or a verdict stored for an interrupted build."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from xlang import backend as backend_mod
+from xlang import census, sandbox, untrusted
+from xlang.archs import get_arch
+from xlang.backend import build_candidate, build_timed_out
+from xlang.task import get_task
+
+HERE = Path(__file__).parent / "kernels" / "isolation"
+SHAPE = {"M": 256, "N": 256, "K": 256}
+
+needs_jail = pytest.mark.skipif(sandbox.level() != "bwrap+uid", reason="needs bubblewrap and root (bwrap+uid)")
+
+
+def _burden(mode: str, target: str = "") -> str:
+    return (HERE / "judge_burden_build.py").read_text().replace("__MODE__", mode).replace("__TARGET__", target)
+
+
+def _xlang_build(tmp_path, source: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+    """`xlang build --timeout` of a candidate, as a user runs it; (the process, its seconds)."""
+    path = tmp_path / "candidate.py"
+    path.write_text(source)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "xlang", "build", str(path), "--lang", "triton", "--task", "gemm",
+                           "--arch", "h100", "--shape", "M=256,N=256,K=256", "--timeout", str(timeout), "--no-cache"],
+                          capture_output=True, text=True, timeout=timeout + backend_mod.POST_BUILD_SLACK_S + 60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    return proc, time.monotonic() - t0
+
+
+# ---- 1. a budget on the judge's work after a build ---------------------------------------------------------------
+
+@needs_jail
+def test_a_report_naming_1500_modules_is_refused_within_the_timeout(tmp_path):
+    """Issue 46: a report naming 1500 cubins made `xlang build --timeout 20` take 618 s of copies and disassembly.
+    Now it is compile_error before any copy, well inside the limit, and nothing of it is copied."""
+    proc, seconds = _xlang_build(tmp_path, _burden("modules"), 20)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "compile_error" in out and "1500 kernels" in out, out
+    assert "internal error" not in out
+    assert seconds < 20 + backend_mod.POST_BUILD_SLACK_S, seconds
+    build = build_candidate(_burden("modules"), "triton", get_task("gemm"), get_arch("h100"), SHAPE,
+                            workdir=tmp_path / "b", cache=False)
+    assert not build.ok and "refused" in build.error and not build.kernels
+    assert not list((tmp_path / "b").glob("k*.cubin")), "the judge copied what it refused"
+
+
+def test_the_budget_counts_kernels_modules_and_ptx():
+    k = backend_mod.KernelImage
+    assert backend_mod.build_budget_problem([k(f"f{i}", "/m.cubin") for i in range(256)]) is None
+    assert "257 kernels" in backend_mod.build_budget_problem([k(f"f{i}", "/m.cubin") for i in range(257)])
+    many = [k("f", f"/m{i}.cubin", f"/m{i}.ptx") for i in range(65)]
+    assert "65 modules" in backend_mod.build_budget_problem(many)
+    assert "65 PTX" in backend_mod.build_budget_problem([k("f", "/m.cubin", f"/m{i}.ptx") for i in range(65)])
+
+
+def test_the_census_stops_at_its_deadline(tmp_path):
+    """The census of a build is bounded by the build's deadline: past it, CensusTimeout, never a long wait."""
+    with pytest.raises(census.CensusTimeout):
+        census.take_census([tmp_path / "x.cubin"], [], get_arch("h100"), ["wgmma"], deadline=time.monotonic() - 1)
+
+
+@needs_jail
+def test_a_build_past_its_limit_with_the_census_is_a_timeout(tmp_path, monkeypatch):
+    """With no slack, a build whose child ends just before its limit and names 60 modules (under the count, each
+    a real cubin the census disassembles) is stopped at the limit: compile_error marked as the build's time
+    limit, within a second or two of it."""
+    monkeypatch.setattr(backend_mod, "POST_BUILD_SLACK_S", 0.0)
+    honest = build_candidate(_burden("none"), "triton", get_task("gemm"), get_arch("h100"), SHAPE,
+                             workdir=tmp_path / "honest", cache=False)
+    assert honest.ok, honest.error
+    cubin = Path(honest.kernels[0].cubin).read_bytes()
+    limit = max(6.0, honest.seconds + 3.0)
+    source = (f"import json, os, time\ntime.sleep({limit - honest.seconds - 1.0:.2f})\nout = os.getcwd()\n"
+              f"data = {cubin!r}\nkernels = []\n"
+              "for i in range(60):\n"
+              "    p = os.path.join(out, f'm{i}.cubin')\n"
+              "    open(p, 'wb').write(data + bytes(i))\n"
+              "    kernels.append({'name': f'gemm_{i}', 'cubin': p, 'ptx': None, 'meta': {}})\n"
+              "json.dump({'ok': True, 'error': None, 'kernels': kernels, 'versions': {}},"
+              " open(os.path.join(out, 'static_build.json'), 'w'))\nos._exit(0)\n")
+    t0 = time.monotonic()
+    build = build_candidate(source, "triton", get_task("gemm"), get_arch("h100"), SHAPE, workdir=tmp_path / "b",
+                            timeout_s=limit, cache=False)
+    seconds = time.monotonic() - t0
+    assert not build.ok and build_timed_out(build.error), build.error
+    assert seconds < limit + 3.0, (seconds, limit)
+
+
+# ---- 2. walks of candidate folders: no recursion, no link, no FIFO opened ---------------------------------------
+
+def _chain(top: Path, depth: int) -> None:
+    top.mkdir(parents=True)
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(fd)
+
+
+def test_walks_of_a_deep_chain_neither_recurse_nor_follow(tmp_path):
+    top = tmp_path / "cache"
+    _chain(top, 3000)
+    (top / "k.cubin").write_bytes(b"own")
+    (top / "fifo.cubin").unlink(missing_ok=True)
+    os.mkfifo(top / "fifo.cubin")
+    (top / "link.cubin").symlink_to(top / "k.cubin")
+    walked = list(untrusted.walk_untrusted(top))
+    assert len(walked) == untrusted.WALK_MAX_DEPTH + 1
+    assert walked[0][3] == ["k.cubin"]  # the FIFO and the link are no regular files
+    with pytest.raises(untrusted.OverLimit, match="levels deep"):
+        list(untrusted.walk_untrusted(top, strict=True))
+    assert [rel for rel, _ in untrusted.untrusted_files(top, ".cubin")] == ["k.cubin"]
+    with pytest.raises(untrusted.OverLimit):
+        untrusted.copy_untrusted_tree(top, tmp_path / "copy", strict=True)
+    assert untrusted.copy_untrusted_tree(top, tmp_path / "copy2") == 1
+    untrusted.remove_untrusted_tree(top)  # 3000 deep: shutil.rmtree's recursion would not get there
+    assert not top.exists()
+
+
+def test_walks_are_bounded_in_entries(tmp_path):
+    top = tmp_path / "wide"
+    top.mkdir()
+    for i in range(50):
+        (top / f"f{i}").write_bytes(b"x")
+    assert sum(len(f) for *_, f in untrusted.walk_untrusted(top, max_entries=10)) <= 10
+    with pytest.raises(untrusted.OverLimit, match="more than 10 entries"):
+        list(untrusted.walk_untrusted(top, max_entries=10, strict=True))
+
+
+def test_a_fifo_or_a_link_where_a_folder_is_read_is_never_opened(tmp_path):
+    """A FIFO as the folder itself, or a link to the host's FIFO: nothing is opened (a writer blocked on the FIFO
+    stays blocked), nothing is yielded, and removal unlinks the name only."""
+    fifo = tmp_path / "host-fifo"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        fd = os.open(fifo, os.O_WRONLY)  # blocks until someone opens the FIFO to read
+        opened.set()
+        os.close(fd)
+
+    threading.Thread(target=writer, daemon=True).start()
+    link = tmp_path / "cache-link"
+    link.symlink_to(fifo)
+    own = tmp_path / "cache-fifo"
+    os.mkfifo(own)
+    for top in (link, own):
+        assert list(untrusted.walk_untrusted(top)) == []
+        assert untrusted.copy_untrusted_tree(top, tmp_path / f"copy-{top.name}") == 0
+        assert list(untrusted.untrusted_files(top, ".cubin")) == []
+    assert untrusted.read_untrusted_bytes(link, 10) is None
+    time.sleep(0.2)
+    assert not opened.is_set(), "the judge opened the host's FIFO through the candidate's link"
+    untrusted.remove_untrusted_tree(link)
+    assert not link.is_symlink() and fifo.exists()
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the writer go
+
+
+@needs_jail
+def test_a_deep_chain_in_the_triton_cache_is_a_named_verdict(tmp_path):
+    """Issue 46: a 1500-deep chain in the candidate's Triton cache raised RecursionError in the judge ("internal
+    error", the build folder left behind). Now compile_error, within the limit, and `xlang build` removes the
+    folder."""
+    proc, seconds = _xlang_build(tmp_path, _burden("deep"), 60)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "compile_error" in out and "levels deep" in out, out
+    assert "internal error" not in out
+    assert seconds < 60 + backend_mod.POST_BUILD_SLACK_S
+    assert not list(tmp_path.glob("xlang-triton-h100-*")), "the build folder was left behind"
+
+
+@needs_jail
+@pytest.mark.parametrize("mode", ["fifo", "link", "inside"])
+def test_a_fifo_planted_in_the_triton_cache_does_not_block_the_judge(tmp_path, mode):
+    """The candidate's Triton cache made a FIFO, a link to the host's FIFO, or given a FIFO named like a cubin, as
+    its build ends: the build is judged (its kernels are its report's), the host's FIFO is never opened, and the
+    judge's copy of the cache holds no FIFO."""
+    fifo = tmp_path / "host-fifo"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():
+        fd = os.open(fifo, os.O_WRONLY)
+        opened.set()
+        os.close(fd)
+
+    threading.Thread(target=writer, daemon=True).start()
+    t0 = time.monotonic()
+    build = build_candidate(_burden(mode, str(fifo)), "triton", get_task("gemm"), get_arch("h100"), SHAPE,
+                            workdir=tmp_path / "b", timeout_s=60, cache=False)
+    assert time.monotonic() - t0 < 60 + backend_mod.POST_BUILD_SLACK_S
+    assert build.ok and not build.census.missing, build.error
+    time.sleep(0.2)
+    assert not opened.is_set(), "the judge opened the host's FIFO"
+    copy = tmp_path / "b" / "jit-cache"
+    assert all(p.is_file() or p.is_dir() for p in copy.rglob("*")) if copy.exists() else True
+    os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
