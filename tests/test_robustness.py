@@ -212,3 +212,124 @@ def test_a_fifo_planted_in_the_triton_cache_does_not_block_the_judge(tmp_path, m
     copy = tmp_path / "b" / "jit-cache"
     assert all(p.is_file() or p.is_dir() for p in copy.rglob("*")) if copy.exists() else True
     os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+
+
+# ---- 3. a process that is not the candidate's on the GPU: harness_error, retried once -------------------------
+
+# The judge of each GPU stage, run for real (its own process, its runner in the jail) on the CPU: the spec the
+# parent wrote is made the CPU twin of the GPU's, and NVML's process list is the stand-in below (the judge, the
+# candidate's runner, and on the attempts STRANGER_ON names, a process of another uid that starts once the
+# candidate runs; HELPER: the candidate's own helper process too).
+JUDGE_ON_CPU = r'''
+import json, os, subprocess, sys
+from pathlib import Path
+
+spec_path = Path(sys.argv[1])
+spec = json.loads(spec_path.read_text())
+spec["device"] = "cpu"
+spec["hello"] = {**spec["hello"], "device": "cpu"}
+spec["timing"] = {"enabled": False}
+spec_path.unlink()
+spec_path.write_text(json.dumps(spec))
+counter = Path(os.environ["STRANGER_COUNTER"])
+attempt = len(counter.read_text().splitlines()) + 1 if counter.exists() else 1
+with open(counter, "a") as f:
+    f.write("judge\n")
+
+from xlang.profiler import gpuwatch, judge
+from xlang.sandbox import uid_for_slot, uid_processes
+
+uid = uid_for_slot(4 * int(spec["gpu_index"]))
+looks, stranger = [], []
+
+def cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+def holders(index):
+    looks.append(index)
+    pids = [os.getpid()]
+    for pid, _ in uid_processes(uid):
+        cmd = cmdline(pid)
+        parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] if cmdline(pid) else "0"
+        if (b"xlang.profiler.runner" in cmd and cmdline(int(parent)) != cmd) or \
+                (os.environ.get("HELPER") and b"xlang-gpu-helper-5c1e" in cmd):
+            pids.append(pid)
+    if str(attempt) in os.environ.get("STRANGER_ON", "").split(",") and len(looks) > 2:
+        if not stranger:
+            stranger.append(subprocess.Popen(["sleep", "30"]))
+        pids.append(stranger[0].pid)
+    return sorted(pids)
+
+gpuwatch.compute_processes = holders
+judge.main([str(spec_path)])
+'''
+
+
+def _evaluate_with_a_stranger(tmp_path, monkeypatch, candidate: str, stranger_on: str, helper: bool = False):
+    """evaluate() of a built CPU candidate (as compare hands one over: options.static) on a stand-in GPU whose
+    judges are JUDGE_ON_CPU; the parent's own NVML look (the wait before a retry) sees the stranger for 1 s."""
+    import random
+
+    from xlang.backend import BuildResult, KernelImage
+    from xlang.profiler import evaluate as ev
+    from xlang.profiler import gpuwatch
+    from xlang.profiler.stages import launch
+
+    slot = random.SystemRandom().randrange(20, 240)  # uids of a slot of this test's own (tests/test_judge_isolation)
+    build_dir = tmp_path / "build"
+    build_dir.mkdir()
+    (build_dir / "candidate.py").write_text((HERE / candidate).read_text())
+    build = BuildResult(True, "triton", "gemm", "h100", dict(SHAPE), str(build_dir),
+                        load_path=str(build_dir / "candidate.py"), kernels=[KernelImage("gemm", "/none.cubin")])
+    wrapper = tmp_path / "judge_on_cpu.py"
+    wrapper.write_text(JUDGE_ON_CPU)
+    monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": slot, "name": "Stand-in", "compute_capability": 90})
+    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
+    monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    t0 = time.monotonic()
+    monkeypatch.setattr(gpuwatch, "compute_processes", lambda index: [12345] if time.monotonic() - t0 < 1 else [])
+    counter = tmp_path / "attempts.txt"
+    env = {"STRANGER_COUNTER": str(counter), "STRANGER_ON": stranger_on, **({"HELPER": "1"} if helper else {})}
+    options = {"memcheck": False, "ncu": False, "timing": False, "shapes": [{"M": 40, "N": 48, "K": 56}],
+               "trials": 1, "extra_env": env, "workdir": tmp_path / "eval",
+               "static": {"failures": [], "census_ok": True}}
+    verdict = ev.evaluate(build, "triton", get_task("gemm"), get_arch("h100"), dict(SHAPE), options)
+    attempts = len(counter.read_text().splitlines()) if counter.exists() else 0
+    return verdict, attempts
+
+
+@needs_jail
+def test_a_stranger_on_the_gpu_once_is_retried_and_judged(tmp_path, monkeypatch):
+    """A process of another uid takes the GPU while the candidate runs (the H200's "not the judge's alone" run of
+    issue 46): no internal error; the GPU stages run again once the GPU is quiet, and that run is the verdict."""
+    verdict, attempts = _evaluate_with_a_stranger(tmp_path, monkeypatch, "cpu_gemm_honest.py", stranger_on="1")
+    assert attempts == 2
+    assert verdict.category == "ok" and verdict.correct, verdict.detail
+    retry = verdict.fingerprint["harness_retry"]
+    assert "not the judge's alone" in retry["first"] and retry["quiet"] and retry["waited_s"] >= 1.0
+
+
+@needs_jail
+def test_a_stranger_on_both_runs_is_harness_error_and_no_verdict(tmp_path, monkeypatch):
+    from xlang import verdict as V
+
+    verdict, attempts = _evaluate_with_a_stranger(tmp_path, monkeypatch, "cpu_gemm_honest.py", stranger_on="1,2")
+    assert attempts == 2
+    assert verdict.category == V.HARNESS_ERROR and "not the judge's alone" in verdict.detail, verdict.detail
+    assert verdict.runtime_ran is False and verdict.runtime_note.startswith("not run (harness_error")
+    scores = V.scores(verdict.to_dict())
+    assert scores["correct"] is False and scores["compiled"] and not scores["runtime_ran"]
+
+
+@needs_jail
+def test_the_candidates_own_second_gpu_process_stays_forbidden_and_is_not_retried(tmp_path, monkeypatch):
+    verdict, attempts = _evaluate_with_a_stranger(tmp_path, monkeypatch, "cpu_gemm_helper_process.py",
+                                                  stranger_on="", helper=True)
+    assert attempts == 1
+    assert verdict.category == "forbidden_call" and "second process" in verdict.detail, verdict.detail
+    assert "harness_retry" not in verdict.fingerprint
