@@ -333,3 +333,71 @@ def test_the_candidates_own_second_gpu_process_stays_forbidden_and_is_not_retrie
     assert attempts == 1
     assert verdict.category == "forbidden_call" and "second process" in verdict.detail, verdict.detail
     assert "harness_retry" not in verdict.fingerprint
+
+
+# ---- 4. Ctrl-C during a cuda_ptx build stores nothing; the resume builds it --------------------------------------
+
+# What runs only while nvcc compiles (not for `nvcc --version`, which the compare asks before any work)
+_COMPILER = {"cicc", "cudafe++", "ptxas", "cc1plus"}
+
+
+def _compilers_below(root: int) -> list[str]:
+    """The names of nvcc's compiling processes descending from root now."""
+    parents, names = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            names[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found = []
+    for pid, name in names.items():
+        p, hops = pid, 0
+        while p > 1 and hops < 32:
+            p, hops = parents.get(p, 0), hops + 1
+            if p == root:
+                if name in _COMPILER:
+                    found.append(name)
+                break
+    return found
+
+
+@pytest.mark.skipif(not __import__("shutil").which("nvcc"), reason="needs nvcc")
+def test_ctrl_c_during_a_cuda_ptx_build_stores_nothing_and_the_resume_builds_it(tmp_path):
+    """Issue 46: Ctrl-C in `xlang compare` during a cuda_ptx build stored the killed nvcc ("'gcc' died due to signal
+    2") as the expert's compile_error, and the resume counted it done. Here SIGINT goes to the compare's process
+    group (as a terminal sends it) while nvcc runs: nothing is stored for the cell, and the same command then builds
+    and judges it (static_ok on a machine without its GPU)."""
+    import signal
+
+    from xlang.store import Store
+
+    store = tmp_path / "runs.db"
+    cmd = [sys.executable, "-m", "xlang", "compare", "--arch", "h100", "--langs", "cuda_ptx", "--tasks", "attn_bwd",
+           "--model", "reference", "--store", str(store), "--profiler", "none"]
+    env = {**os.environ, "XLANG_BUILD_CACHE": str(tmp_path / "build-cache"), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        t0, seen = time.monotonic(), []
+        while not seen and proc.poll() is None and time.monotonic() - t0 < 120:
+            seen = _compilers_below(proc.pid)
+            time.sleep(0.02)
+        assert seen, "nvcc never ran: " + (proc.stdout.read() if proc.poll() is not None else "")
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole foreground group
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "interrupted" in out, out
+    with Store(store, readonly=True) as s:
+        assert not [t for t in s.turns(messages=False) if t.get("category")], "an interrupted build was stored"
+        assert all(r["status"] != "done" for r in s.runs())
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    with Store(store, readonly=True) as s:
+        turns = [t for t in s.turns(messages=False) if t.get("category")]
+        assert [t["category"] for t in turns] == ["static_ok"], turns
+        assert [r["status"] for r in s.runs()] == ["done"]

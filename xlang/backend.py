@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -430,6 +431,44 @@ def past_deadline() -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
+class BuildInterrupted(KeyboardInterrupt):
+    """The build in progress was interrupted (Ctrl-C reached this process while it ran): no verdict, so nothing
+    is stored or cached, and a resumed compare builds it again. A KeyboardInterrupt, so that no caller's
+    `except Exception` turns it into a verdict or a sample's error."""
+
+
+# Interrupts this process has seen (note_interrupt: the main thread's KeyboardInterrupt), for the builds running in
+# worker threads: a Ctrl-C kills the compiler of the terminal's process group (nvcc's gcc "died due to signal 2")
+# and that failure must not be taken for the candidate's compile error.
+_interrupts = threading.Condition()
+_interrupt_count = 0
+INTERRUPT_GRACE_S = 1.0  # how long a build that failed like an interrupted one waits to hear of the interrupt
+_LOOKS_INTERRUPTED = re.compile(r"signal (2|15)\b|SIGINT|SIGTERM|KeyboardInterrupt")
+
+
+def note_interrupt() -> None:
+    """The main thread received a KeyboardInterrupt: every build in progress is interrupted (BuildInterrupted)."""
+    global _interrupt_count
+    with _interrupts:
+        _interrupt_count += 1
+        _interrupts.notify_all()
+
+
+def interrupts_seen() -> int:
+    with _interrupts:
+        return _interrupt_count
+
+
+def interrupted_since(mark: int, suspect: bool = False) -> bool:
+    """An interrupt came since interrupts_seen() was `mark`. suspect (a build that failed the way a killed compiler
+    does): the main thread may not have run its handler yet, so wait INTERRUPT_GRACE_S for it. Only this process's
+    own interrupt counts: a candidate whose build child kills itself with SIGINT is judged as any other failure."""
+    with _interrupts:
+        if suspect and _interrupt_count == mark:
+            _interrupts.wait_for(lambda: _interrupt_count != mark, timeout=INTERRUPT_GRACE_S)
+        return _interrupt_count != mark
+
+
 def read_source(path: Path) -> str:
     """A candidate file's text: one clear line for a folder, a missing or a binary file."""
     if path.is_dir():
@@ -467,6 +506,7 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
         hit.seconds = time.monotonic() - start
         hit.save()
         return hit
+    mark = interrupts_seen()
     limit = float(timeout_s or os.environ.get(BUILD_TIMEOUT_ENV) or DEFAULT_BUILD_TIMEOUT_S)
     deadline = start + limit + POST_BUILD_SLACK_S
     tokens = _build_limit.set(limit), _build_deadline.set(deadline)
@@ -477,6 +517,9 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
     finally:
         _build_limit.reset(tokens[0])
         _build_deadline.reset(tokens[1])
+    if interrupted_since(mark, suspect=not result.ok and bool(_LOOKS_INTERRUPTED.search(result.error or ""))):
+        raise BuildInterrupted(f"the {lang} build was interrupted: no verdict (the compiler said: "
+                               f"{(result.error or 'nothing')[:200]})")
     result.seconds = time.monotonic() - start
     if key:
         build_cache.store(key, result, CHILD_FOLDER)

@@ -112,7 +112,8 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     except (json.JSONDecodeError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         report = None
     if not isinstance(report, dict):
-        return None, "the build process died: " + trim_log(
+        killed = f" (killed by {child.crashed_by_signal})" if child.crashed_by_signal else ""
+        return None, f"the build process died{killed}: " + trim_log(
             child.stderr or child.stdout or f"exit code {child.returncode}"), child.stdout
     outside = [p for p in _paths_in(report) if _below(p, child_dir) is None]
     if outside:  # the report names files we would read (cubins, PTX): only the build's own, no links
