@@ -401,3 +401,42 @@ def test_ctrl_c_during_a_cuda_ptx_build_stores_nothing_and_the_resume_builds_it(
         turns = [t for t in s.turns(messages=False) if t.get("category")]
         assert [t["category"] for t in turns] == ["static_ok"], turns
         assert [r["status"] for r in s.runs()] == ["done"]
+
+
+# ---- 5. a cell whose judging failed in the judge finishes, and rejudge judges it again -------------------------
+
+def test_a_judge_failure_is_stored_as_no_verdict_and_rejudge_finishes_the_cell(tmp_path, monkeypatch):
+    """The judge's own failure while judging a turn (here its census raises; issue 46: a RecursionError) left the
+    sample in error: every resume failed the same way and `xlang rejudge` counted the cell unfinished forever. Now
+    the turn is stored as harness_error with the candidate's code, the cell finishes, and rejudging that store with
+    a working judge judges the stored candidate (static_ok)."""
+    import io
+
+    from rich.console import Console
+
+    from xlang import verdict as V
+    from xlang.rejudge import run_rejudge
+    from xlang.store import Store
+
+    monkeypatch.setenv("XLANG_BUILD_CACHE", str(tmp_path / "build-cache"))
+
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded (a judge bug)")
+
+    def rejudge(paths, store):
+        return run_rejudge([str(p) for p in paths], str(store), archs=["h100"], langs=["cuda_ptx"], tasks=["gemm"],
+                           profiler="none", console=Console(file=io.StringIO(), width=300), progress=False)
+
+    first = tmp_path / "first.db"
+    with monkeypatch.context() as m:
+        m.setattr(backend_mod, "take_census", broken)
+        result = rejudge(["experts"], first)
+    assert [o.state for o in result.cells] == ["done"], result.cells
+    with Store(first, readonly=True) as s:
+        (turn,) = s.turns(messages=False)
+        assert turn["category"] == V.HARNESS_ERROR and "RecursionError" in turn["verdict"]["detail"]
+        assert turn["code"] and V.scores(turn["verdict"])["runtime_ran"] is False
+    again = rejudge([first], tmp_path / "second.db")
+    assert [o.state for o in again.cells] == ["done"]
+    with Store(tmp_path / "second.db", readonly=True) as s:
+        assert [t["category"] for t in s.turns(messages=False)] == [V.STATIC_OK]

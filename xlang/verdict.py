@@ -99,6 +99,16 @@ class Verdict:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def not_judged(verdict: Verdict, detail: str) -> Verdict:
+    """Make `verdict` a harness_error (no verdict on the candidate, see the module's doc): neither correct nor
+    not, its runtime counted as not run so that no runtime rate counts it."""
+    verdict.category, verdict.detail = HARNESS_ERROR, detail
+    verdict.correct = verdict.executed_ok = None
+    verdict.runtime_ran = False
+    verdict.runtime_note = "not run (harness_error: " + detail.split(": ", 1)[-1][:300] + ")"
+    return verdict
+
+
 def scores(verdict: dict | None) -> dict:
     """The scoring fields of a stored verdict (a Verdict.to_dict(), read defensively), as the tables count them:
 

@@ -24,7 +24,7 @@ from xlang import verdict as V
 from xlang.agent import feedback as F
 from xlang.agent import prompt as P
 from xlang.agent.buildinfo import package_version, toolchain_versions
-from xlang.agent.runtime import Runtime, assess, make_runtime
+from xlang.agent.runtime import Assessment, Runtime, assess, make_runtime
 from xlang.archs import get_arch
 from xlang.backend import BuildInterrupted, backends, get_backend, interrupted_since, interrupts_seen, note_interrupt
 from xlang.agent.sources import Source, make_source
@@ -282,10 +282,20 @@ class Run:
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
             mark = interrupts_seen()
-            j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
-                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms,
-                       **({"suite": cfg.suite} if cfg.suite else {})},
-                      on_stage=lambda what: self._stage(k, turn_idx, turns, what))
+            try:
+                j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
+                           {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms,
+                            **({"suite": cfg.suite} if cfg.suite else {})},
+                           on_stage=lambda what: self._stage(k, turn_idx, turns, what))
+            except XlangError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the judge's own failure: the turn is kept, with no verdict
+                # Stored as harness_error with the candidate's code, so that the sample goes on, the run finishes,
+                # and `xlang rejudge` can judge the candidate again once the judge is fixed (a sample left in
+                # error would fail the same way on every resume: unfinished forever).
+                j = Assessment(V.not_judged(V.Verdict(V.HARNESS_ERROR, lang=cfg.lang, task=cfg.task, arch=cfg.arch,
+                                                      shape=dict(self.shape)),
+                                            f"the judge failed: {type(e).__name__}: {str(e)[:1500]}"), None)
             if interrupted_since(mark):  # judged while Ctrl-C stopped the run: not stored, done again on resume
                 raise BuildInterrupted(f"sample {k} turn {turn_idx} was interrupted: not stored")
             v = j.verdict

@@ -144,10 +144,7 @@ def finish(ctx: Context, category: str, detail: str, started: float, label: str)
     release(ctx)
     verdict.category, verdict.detail = category, detail
     if category == V.HARNESS_ERROR:
-        # No verdict on the candidate: neither correct nor not, its runtime counted as not run (xlang.verdict).
-        verdict.correct = verdict.executed_ok = None
-        verdict.runtime_ran = False
-        verdict.runtime_note = "not run (harness_error: " + detail.split(": ", 1)[-1][:300] + ")"
+        V.not_judged(verdict, detail)
     if category in (V.FORBIDDEN_CALL, V.INCORRECT, V.HOST_COMPUTE):
         # Wherever found (the ncu stage too, after the timing): a vendor's work, a wrong answer under the
         # profiler or an answer computed off the GPU is not a correct candidate, and its timing is never a
