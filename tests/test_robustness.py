@@ -440,3 +440,21 @@ def test_a_judge_failure_is_stored_as_no_verdict_and_rejudge_finishes_the_cell(t
     assert [o.state for o in again.cells] == ["done"]
     with Store(tmp_path / "second.db", readonly=True) as s:
         assert [t["category"] for t in s.turns(messages=False)] == [V.STATIC_OK]
+
+
+def test_a_harness_error_is_no_verdict_in_the_tables():
+    """A sample whose only verdict is harness_error is left out of the runtime rates (n_runtime), never counted
+    as incorrect; beside a sample that was judged, the rate is that sample's alone."""
+    from report_records import run, verdict
+
+    from xlang import verdict as V
+    from xlang.report import tables
+    from xlang.report.data import from_records
+
+    lost = V.not_judged(V.Verdict(V.HARNESS_ERROR, lang="triton", task="gemm", arch="h100"),
+                        "the check stage: the GPU was not the judge's alone: process 7 ...").to_dict()
+    lost["build"] = {"ok": True, "census": {"missing": [], "kernels": []}}
+    ds = from_records([run("a", "gemm", "triton", "h100", 0, [lost]),
+                       run("b", "gemm", "triton", "h100", 1, [verdict("ok", "h100", "triton", "gemm", 1.1)])])
+    row = tables.cell_stats(ds).iloc[0]
+    assert row["n"] == 2 and row["n_runtime"] == 1 and row["correctness_rate"] == 1.0, row.to_dict()

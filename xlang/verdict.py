@@ -135,7 +135,7 @@ def scores(verdict: dict | None) -> dict:
     elif build:
         compiled = bool(build.get("ok"))
     else:
-        compiled = category not in ("", NO_CODE, COMPILE_ERROR)
+        compiled = category not in ("", NO_CODE, COMPILE_ERROR, HARNESS_ERROR)  # harness_error: not known
 
     if isinstance(v.get("census_ok"), bool):
         census_ok = v["census_ok"]
