@@ -101,6 +101,17 @@ def test_a_build_past_its_limit_with_the_census_is_a_timeout(tmp_path, monkeypat
     assert seconds < limit + 3.0, (seconds, limit)
 
 
+@needs_jail
+def test_a_report_naming_a_file_that_is_no_module_is_a_compile_error(tmp_path):
+    """A named 'cubin' cuobjdump cannot read is the build's failure (compile_error), not the judge's error."""
+    source = ("import json, os\nout = os.getcwd()\nopen(os.path.join(out, 'm.cubin'), 'wb').write(os.urandom(4096))\n"
+              "json.dump({'ok': True, 'error': None, 'kernels': [{'name': 'gemm', 'cubin': os.path.join(out, "
+              "'m.cubin')}], 'versions': {}}, open(os.path.join(out, 'static_build.json'), 'w'))\nos._exit(0)\n")
+    build = build_candidate(source, "triton", get_task("gemm"), get_arch("h100"), SHAPE, workdir=tmp_path / "b",
+                            cache=False)
+    assert not build.ok and "cannot be disassembled" in build.error, build.error
+
+
 # ---- 2. walks of candidate folders: no recursion, no link, no FIFO opened ---------------------------------------
 
 def _chain(top: Path, depth: int) -> None:

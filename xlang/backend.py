@@ -553,4 +553,8 @@ def _post_process(result: BuildResult, backend, source_text: str, arch, required
         result.error = (f"the build (with the judge's census of its {len(binaries)} module(s)) exceeded "
                         f"{limit:.0f} s + {POST_BUILD_SLACK_S:.0f} s: {e}{BUILD_TIMEOUT_MARK}")
         return
+    except RuntimeError as e:  # cuobjdump refused a module the build named: no module of a GPU, whoever made it
+        result.ok, result.kernels = False, []
+        result.error = f"the build's modules cannot be disassembled: {e}"
+        return
     result.host_round_trip = backend.host_round_trip(source_text, result)
