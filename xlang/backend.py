@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from xlang import build_cache, resources, untrusted
 from xlang.archs import archs
-from xlang.census import Census, take_census
+from xlang.census import Census, CensusTimeout, take_census
 from xlang.errors import XlangError
 from xlang.toolchain import require_tool
 
@@ -386,6 +387,86 @@ def build_timed_out(error: str | None) -> bool:
 # The limit of the build in progress on this thread (build_candidate sets it; run_build_child applies it).
 _build_limit: contextvars.ContextVar[float] = contextvars.ContextVar("xlang_build_limit",
                                                                       default=DEFAULT_BUILD_TIMEOUT_S)
+# When the whole build (the compiler, then the judge's copies and census) must have ended: the build's start plus
+# its limit plus POST_BUILD_SLACK_S (build_candidate sets it; run_build_child's copying and the census check it).
+_build_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("xlang_build_deadline", default=None)
+
+# What the judge takes from one build: the kernels a build may name, the distinct modules (cubins / shared objects)
+# it copies and disassembles, the bytes of those and of their PTX, and the seconds its copying and census may run
+# past the build's limit. A candidate's build report can name any number of files and each costs the judge a copy
+# and a cuobjdump (1500 named took 618 s, issue 46). The experts need at most 6 kernels, 3 modules and 1.5 MB
+# (modules and PTX; docs/robustness.md has the table): every figure is 20x or more above that, and a build past
+# one is refused (compile_error), never judged on a part of it.
+BUILD_MAX_KERNELS = 256
+BUILD_MAX_MODULES = 64
+BUILD_MAX_BYTES = 64 << 20
+POST_BUILD_SLACK_S = 15.0
+
+
+def build_budget_problem(kernels) -> str | None:
+    """Why the kernels a build names (KernelImage-like: .name, .cubin, .ptx; or the report's dicts) are more
+    than the judge copies and disassembles (BUILD_MAX_*), else None. Counts only: the bytes are checked where
+    the files are read."""
+    def field(k, key):
+        return k.get(key) if isinstance(k, dict) else getattr(k, key, None)
+
+    modules = {field(k, "cubin") for k in kernels} - {None}
+    ptx = {field(k, "ptx") for k in kernels} - {None}
+    if len(kernels) > BUILD_MAX_KERNELS:
+        return f"it names {len(kernels)} kernels, more than the judge takes from one build ({BUILD_MAX_KERNELS})"
+    if max(len(modules), len(ptx)) > BUILD_MAX_MODULES:
+        return (f"it names {len(modules)} modules and {len(ptx)} PTX files, more than the judge copies and "
+                f"disassembles for one build ({BUILD_MAX_MODULES} of each)")
+    return None
+
+
+def refused(problem: str) -> str:
+    """The error of a build the judge refuses for its size (BUILD_MAX_*): the candidate's, said plainly."""
+    return f"the build was refused: {problem} (the judge's limits for one build are far above what a kernel needs)"
+
+
+def past_deadline() -> bool:
+    """The build in progress on this thread has run past its deadline (_build_deadline)."""
+    deadline = _build_deadline.get()
+    return deadline is not None and time.monotonic() > deadline
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """The build in progress was interrupted (Ctrl-C reached this process while it ran): no verdict, so nothing
+    is stored or cached, and a resumed compare builds it again. A KeyboardInterrupt, so that no caller's
+    `except Exception` turns it into a verdict or a sample's error."""
+
+
+# Interrupts this process has seen (note_interrupt: the main thread's KeyboardInterrupt), for the builds running in
+# worker threads: a Ctrl-C kills the compiler of the terminal's process group (nvcc's gcc "died due to signal 2")
+# and that failure must not be taken for the candidate's compile error.
+_interrupts = threading.Condition()
+_interrupt_count = 0
+INTERRUPT_GRACE_S = 1.0  # how long a build that failed like an interrupted one waits to hear of the interrupt
+_LOOKS_INTERRUPTED = re.compile(r"signal (2|15)\b|SIGINT|SIGTERM|KeyboardInterrupt")
+
+
+def note_interrupt() -> None:
+    """The main thread received a KeyboardInterrupt: every build in progress is interrupted (BuildInterrupted)."""
+    global _interrupt_count
+    with _interrupts:
+        _interrupt_count += 1
+        _interrupts.notify_all()
+
+
+def interrupts_seen() -> int:
+    with _interrupts:
+        return _interrupt_count
+
+
+def interrupted_since(mark: int, suspect: bool = False) -> bool:
+    """An interrupt came since interrupts_seen() was `mark`. suspect (a build that failed the way a killed compiler
+    does): the main thread may not have run its handler yet, so wait INTERRUPT_GRACE_S for it. Only this process's
+    own interrupt counts: a candidate whose build child kills itself with SIGINT is judged as any other failure."""
+    with _interrupts:
+        if suspect and _interrupt_count == mark:
+            _interrupts.wait_for(lambda: _interrupt_count != mark, timeout=INTERRUPT_GRACE_S)
+        return _interrupt_count != mark
 
 
 def read_source(path: Path) -> str:
@@ -425,21 +506,55 @@ def build_candidate(source: str | Path, lang: str, task, arch, shape: dict | Non
         hit.seconds = time.monotonic() - start
         hit.save()
         return hit
-    token = _build_limit.set(float(timeout_s or os.environ.get(BUILD_TIMEOUT_ENV) or DEFAULT_BUILD_TIMEOUT_S))
+    mark = interrupts_seen()
+    limit = float(timeout_s or os.environ.get(BUILD_TIMEOUT_ENV) or DEFAULT_BUILD_TIMEOUT_S)
+    deadline = start + limit + POST_BUILD_SLACK_S
+    tokens = _build_limit.set(limit), _build_deadline.set(deadline)
     try:
         result = backend.compile(source_path, task, arch, shape, workdir)
+        if result.ok:
+            _post_process(result, backend, source_text, arch, required, limit, deadline)
     finally:
-        _build_limit.reset(token)
-    if result.ok:
-        if not result.kernels:
-            result.ok, result.error = False, "the candidate compiled no GPU kernel"
-        else:
-            ptx = [Path(p).read_text(errors="replace") for p in sorted({k.ptx for k in result.kernels if k.ptx})]
-            binaries = sorted({k.cubin for k in result.kernels})
-            result.census = take_census(binaries, ptx, arch, required)
-            result.host_round_trip = backend.host_round_trip(source_text, result)
+        _build_limit.reset(tokens[0])
+        _build_deadline.reset(tokens[1])
+    if interrupted_since(mark, suspect=not result.ok and bool(_LOOKS_INTERRUPTED.search(result.error or ""))):
+        raise BuildInterrupted(f"the {lang} build was interrupted: no verdict (the compiler said: "
+                               f"{(result.error or 'nothing')[:200]})")
     result.seconds = time.monotonic() - start
     if key:
         build_cache.store(key, result, CHILD_FOLDER)
     result.save()
     return result
+
+
+def _post_process(result: BuildResult, backend, source_text: str, arch, required, limit: float,
+                  deadline: float) -> None:
+    """The judge's own work on a successful build, within its budget (BUILD_MAX_*) and deadline: the PTX read,
+    the census of every module, the host round trips. Past either the build is refused (result.ok False)."""
+    if not result.kernels:
+        result.ok, result.error = False, "the candidate compiled no GPU kernel"
+        return
+    problem = build_budget_problem(result.kernels)
+    ptx_files = sorted({k.ptx for k in result.kernels if k.ptx})
+    binaries = sorted({k.cubin for k in result.kernels})
+    size = sum(os.lstat(p).st_size for p in [*ptx_files, *binaries] if os.path.lexists(p))
+    if problem is None and size > BUILD_MAX_BYTES:
+        problem = f"its modules and PTX hold {size >> 20} MiB, more than the judge takes ({BUILD_MAX_BYTES >> 20} MiB)"
+    if problem:
+        result.ok, result.error, result.kernels = False, refused(problem), []
+        return
+    try:
+        if time.monotonic() > deadline:
+            raise CensusTimeout("the compiler returned after the deadline")
+        ptx = [Path(p).read_text(errors="replace") for p in ptx_files]
+        result.census = take_census(binaries, ptx, arch, required, deadline=deadline)
+    except CensusTimeout as e:
+        result.ok, result.kernels = False, []
+        result.error = (f"the build (with the judge's census of its {len(binaries)} module(s)) exceeded "
+                        f"{limit:.0f} s + {POST_BUILD_SLACK_S:.0f} s: {e}{BUILD_TIMEOUT_MARK}")
+        return
+    except RuntimeError as e:  # cuobjdump refused a module the build named: no module of a GPU, whoever made it
+        result.ok, result.kernels = False, []
+        result.error = f"the build's modules cannot be disassembled: {e}"
+        return
+    result.host_round_trip = backend.host_round_trip(source_text, result)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import re
 import subprocess
+import threading
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,17 +64,38 @@ def disassemble(binary: Path) -> dict[str, Counter]:
     return parse_sass(_sass_text(binary))
 
 
-def _sass_text(binary: Path) -> str:
+DISASSEMBLE_TIMEOUT_S = 120.0
+
+
+class CensusTimeout(RuntimeError):
+    """The census ran past the deadline its caller gave (the build's time limit: xlang.backend.build_candidate)."""
+
+
+def _sass_text(binary: Path, timeout_s: float = DISASSEMBLE_TIMEOUT_S) -> str:
     stat = Path(binary).stat()
-    return _disassemble(str(binary), stat.st_mtime_ns, stat.st_size)
+    try:
+        return _disassemble(str(binary), stat.st_mtime_ns, stat.st_size, timeout_s)
+    except subprocess.TimeoutExpired:
+        raise CensusTimeout(f"cuobjdump did not finish {Path(binary).name} within {timeout_s:.0f} s") from None
 
 
-@functools.lru_cache(maxsize=64)
-def _disassemble(path: str, _mtime_ns: int, _size: int) -> str:
+_SASS_CACHE: dict[tuple, str] = {}  # (path, mtime, size) -> cuobjdump's text, the 64 latest (a module is
+_SASS_LOCK = threading.Lock()      # disassembled once however often its kernels are asked for)
+
+
+def _disassemble(path: str, mtime_ns: int, size: int, timeout_s: float = DISASSEMBLE_TIMEOUT_S) -> str:
+    key = (path, mtime_ns, size)
+    with _SASS_LOCK:
+        if key in _SASS_CACHE:
+            return _SASS_CACHE[key]
     tool = require_tool("cuobjdump")
-    proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
+    with _SASS_LOCK:
+        _SASS_CACHE[key] = proc.stdout
+        while len(_SASS_CACHE) > 64:
+            _SASS_CACHE.pop(next(iter(_SASS_CACHE)))
     return proc.stdout
 
 
@@ -179,12 +202,16 @@ class Census:
         return cls(**{**d, "kernels": [KernelCensus(**k) for k in d.get("kernels", [])]})
 
 
-def take_census(binaries, ptx_texts, arch, required) -> Census:
-    """Census of every function in the given cubins / shared objects against arch's families."""
+def take_census(binaries, ptx_texts, arch, required, deadline: float | None = None) -> Census:
+    """Census of every function in the given cubins / shared objects against arch's families. deadline (a
+    time.monotonic() value): CensusTimeout once it has passed, before a module or while one is disassembled."""
     names = list(arch.families)
     kernels = []
     for binary in binaries:
-        text = _sass_text(Path(binary))
+        left = DISASSEMBLE_TIMEOUT_S if deadline is None else min(DISASSEMBLE_TIMEOUT_S, deadline - time.monotonic())
+        if left <= 0:
+            raise CensusTimeout(f"the census reached its deadline before {Path(binary).name}")
+        text = _sass_text(Path(binary), round(left, 3))
         operands = parse_operands(text, names)
         for fn, opcodes in parse_sass(text).items():
             base = Counter()

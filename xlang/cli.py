@@ -266,7 +266,7 @@ def build_command(
             typer.echo(f"build folder: {workdir}", err=as_json)
     finally:
         if not keep:
-            remove_tree(workdir)  # the candidate's child folder too, however deep
+            remove_tree(workdir)  # the candidate's child folder too: no recursion, no link followed
     if not result.ok:
         raise typer.Exit(1)
     if result.census.missing:

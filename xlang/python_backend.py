@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 from xlang import children, sandbox, untrusted
-from xlang.backend import (BUILD_TIMEOUT_MARK, CHILD_FOLDER, JIT_CACHE_COPY, PYTHON_HOST_ROUND_TRIP,
-                           TORCH_COMPUTE_FORBIDDEN, Backend, BuildResult, KernelImage, _build_limit, jit_env, trim_log)
+from xlang.backend import (BUILD_MAX_BYTES, BUILD_TIMEOUT_MARK, CHILD_FOLDER, JIT_CACHE_COPY, POST_BUILD_SLACK_S,
+                           PYTHON_HOST_ROUND_TRIP, TORCH_COMPUTE_FORBIDDEN, Backend, BuildResult, KernelImage,
+                           _build_limit, build_budget_problem, jit_env, past_deadline, refused, trim_log)
 from xlang.candidate import load_module
 from xlang.task import peer_library_folders
 
@@ -98,8 +98,7 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     # The candidate's Python runs here: jailed, with a fresh folder of its own as HOME (its private JIT
     # caches: never a cache another candidate wrote or will read); it reads its source, never writes beside it.
     child_dir = workdir / CHILD_FOLDER
-    if child_dir.exists() or child_dir.is_symlink():  # a rebuild in a kept folder: the old child's files go
-        shutil.rmtree(child_dir) if child_dir.is_dir() and not child_dir.is_symlink() else child_dir.unlink()
+    untrusted.remove_untrusted_tree(child_dir)  # a rebuild in a kept folder: the old child's files go
     child_dir.mkdir(mode=0o700)
     child = children.python_child(module, [str(source_path), task.name, arch.name, json.dumps(shape), str(child_dir)],
                                  timeout=timeout_s, cwd=child_dir, env={**jit_env(child_dir), **env},
@@ -110,32 +109,54 @@ def run_build_child(module: str, source_path: Path, task, arch, shape: dict, wor
     text = untrusted.read_untrusted(child_dir / "static_build.json", limit=8 << 20)
     try:
         report = json.loads(text) if text is not None else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         report = None
     if not isinstance(report, dict):
         note = sandbox.limit_note(child.returncode)
-        return None, "the build process died: " + trim_log(
+        killed = f" (killed by {child.crashed_by_signal})" if child.crashed_by_signal and not note else ""
+        return None, f"the build process died{killed}: " + trim_log(
             child.stderr or child.stdout or f"exit code {child.returncode}") + (f" ({note})" if note else ""), child.stdout
     outside = [p for p in _paths_in(report) if _below(p, child_dir) is None]
     if outside:  # the report names files we would read (cubins, PTX): only the build's own, no links
         return None, f"the build named files outside its folder or through links: {outside[0][:200]}", ""
+    kernels = report.get("kernels") if report.get("ok") and isinstance(report.get("kernels"), list) else []
+    problem = build_budget_problem([k for k in kernels if isinstance(k, dict)])
+    if problem:  # before any copy: each named file costs the judge a copy and a disassembly
+        return None, refused(problem), ""
     copies: dict[str, str] = {}  # what the report named -> the judge's copy (a file named twice is copied once)
-    for k in report.get("kernels") or [] if report.get("ok") else []:
+    copied = 0  # bytes
+    for k in kernels:
         for key in ("cubin", "ptx"):
             if not isinstance(k, dict) or not isinstance(k.get(key), str):
                 continue
             if k[key] not in copies:
-                data = untrusted.read_untrusted_below(child_dir, _below(k[key], child_dir), 64 << 20)
+                if past_deadline():
+                    return None, (f"the build ({what}) with the judge's copies of its files exceeded "
+                                  f"{timeout_s:.0f} s + {POST_BUILD_SLACK_S:.0f} s{BUILD_TIMEOUT_MARK}"), ""
+                data = untrusted.read_untrusted_below(child_dir, _below(k[key], child_dir),
+                                                      min(64 << 20, BUILD_MAX_BYTES - copied + 1))
                 if data is None:
                     return None, f"the build named a file that is not a regular file of its own: {k[key][:200]}", ""
+                copied += len(data)
+                if copied > BUILD_MAX_BYTES:
+                    return None, refused(f"the files it names hold more than {BUILD_MAX_BYTES >> 20} MiB"), ""
                 copies[k[key]] = str(untrusted.replace_file(workdir / f"k{len(copies)}.{key}", data))
             k[key] = copies[k[key]]
     if jit_cache and report.get("ok"):
         old = workdir / JIT_CACHE_COPY
-        if old.is_dir() and not old.is_symlink():  # a rebuild in a kept folder
-            shutil.rmtree(old)
-        untrusted.copy_untrusted_tree(child_dir / jit_cache, old)
+        untrusted.remove_untrusted_tree(old)  # a rebuild in a kept folder
+        try:
+            untrusted.copy_untrusted_tree(child_dir / jit_cache, old, max_files=JIT_CACHE_MAX_FILES,
+                                          max_bytes=JIT_CACHE_MAX_BYTES, strict=True)
+        except untrusted.OverLimit as e:
+            return None, refused(f"its JIT cache ({jit_cache} in its home) has {e}"), ""
     return report, None, child.stdout
+
+
+# The judge's copy of a build's JIT cache (what the runner starts from): the experts' hold at most 24 files and
+# 2.2 MB (docs/robustness.md); a cache past these, or deeper or wider than untrusted.walk_untrusted goes, is refused.
+JIT_CACHE_MAX_FILES = 1000
+JIT_CACHE_MAX_BYTES = 128 << 20
 
 
 def _below(path, folder: Path) -> str | None:
@@ -150,10 +171,16 @@ def _below(path, folder: Path) -> str | None:
 _FILE_KEYS = ("cubin", "ptx")
 
 
-def _paths_in(value, key: str = "") -> list[str]:
-    """The files a build report names for us to read (its cubins and PTX), wherever they sit in the JSON."""
-    if isinstance(value, dict):
-        return [p for k, v in value.items() for p in _paths_in(v, k)]
-    if isinstance(value, list):
-        return [p for v in value for p in _paths_in(v, key)]
-    return [value] if key in _FILE_KEYS and isinstance(value, str) else []
+def _paths_in(value) -> list[str]:
+    """The files a build report names for us to read (its cubins and PTX), wherever they sit in the JSON: walked
+    with a list, not by recursion (a report nested thousands deep is the candidate's to write)."""
+    found, todo = [], [("", value)]
+    while todo:
+        key, v = todo.pop()
+        if isinstance(v, dict):
+            todo.extend(v.items())
+        elif isinstance(v, list):
+            todo.extend((key, x) for x in v)
+        elif key in _FILE_KEYS and isinstance(v, str):
+            found.append(v)
+    return found

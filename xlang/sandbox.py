@@ -41,7 +41,7 @@ from pathlib import Path
 from xlang import limits, resources
 from xlang.backend import tool_path_variables
 from xlang.errors import XlangError
-from xlang.untrusted import write_new
+from xlang.untrusted import remove_untrusted_tree, write_new
 
 NOBODY = 65534  # kept for the uid probes only: candidates get uids of their own, never a system account's
 CANDIDATE_UID_BASE = 64000  # + slot (4 per GPU: check, memcheck, ncu, vendor); kill_uid() acts only on these
@@ -173,7 +173,7 @@ def remove_uid_files(uid: int, folders=("/dev/shm", "/tmp", "/var/tmp")) -> int:
                 if entry.stat(follow_symlinks=False).st_uid != uid:
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path)  # fd-based on Linux: it does not follow links below
+                    remove_tree(Path(entry.path))  # no recursion, no link followed
                 else:
                     os.unlink(entry.path)
                 removed += 1
@@ -183,18 +183,13 @@ def remove_uid_files(uid: int, folders=("/dev/shm", "/tmp", "/var/tmp")) -> int:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a folder a candidate may have filled (its home, a build's child folder), links never followed:
-    shutil.rmtree (descriptor-based), and where that gives up (a chain of folders deeper than Python's recursion
-    limit, an entry it cannot remove) rm -rf, which walks any depth. Quiet when the path is gone."""
-    if not os.path.lexists(path):
-        return
+    """Remove a folder a candidate may have filled (its home, a build's child folder), links never followed and
+    without recursion however deep its folders go (untrusted.remove_untrusted_tree); where that gives up (an
+    entry it cannot remove) rm -rf. Quiet when the path is gone."""
     try:
-        if os.path.islink(path) or not os.path.isdir(path):
-            os.unlink(path)
-        else:
-            shutil.rmtree(path)
+        remove_untrusted_tree(path)
         return
-    except (OSError, RecursionError):
+    except OSError:
         pass
     subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, timeout=600)
 

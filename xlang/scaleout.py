@@ -52,6 +52,7 @@ from xlang.profiler import gpu as gpu_mod
 from xlang.profiler.pipeline import Job
 from xlang.runtimes import Runtime
 from xlang.task import get_task
+from xlang.untrusted import remove_untrusted_tree
 from xlang.verdict import Verdict
 
 RAY_PIN = "2.60.0"  # pyproject's xlang[ray]
@@ -259,7 +260,16 @@ def build_job(code, lang, task, arch, shape, workdir, driver_node):
         result = build_candidate(code, lang, get_task(task), get_arch(arch), shape, workdir=tmp / "build")
         return result, pack(result)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
+
+
+def _remove(folder: Path) -> None:
+    """A task's temporary folder, with the build child's and the runners' homes in it: whatever a candidate planted
+    there (a folder chain thousands deep, links) removed without recursion or following a link."""
+    try:
+        remove_untrusted_tree(folder)
+    except OSError:  # left behind rather than a failed task
+        pass
 
 
 def verdict_job(job_id, source, build, packed, job_spec, evaluator, driver_node, tracker):
@@ -300,7 +310,7 @@ def verdict_job(job_id, source, build, packed, job_spec, evaluator, driver_node,
         else:
             os.environ[GPUS_ENV] = before
         if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+            _remove(tmp)
 
 
 class _TrackerImpl:

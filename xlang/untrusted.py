@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from pathlib import Path
 
@@ -58,29 +59,109 @@ def copy_untrusted_file(src: Path, dest: Path, limit: int = 256 << 20) -> bool:
     return True
 
 
+# ---- walking a folder a candidate wrote: iterative, bounded, never through a link --------------------------
+
+# A candidate's folders are read by the judge after its code ran (its JIT cache after a build, in a stage while it
+# runs): a folder chain thousands deep must not exhaust the judge's recursion or descriptors, and a million empty
+# files must not keep it listing. A Triton cache is two levels deep (cache/<hash>/<files>) and an expert's build
+# holds a few dozen files (docs/robustness.md has the figures): these are far above what a real cache needs.
+WALK_MAX_DEPTH = 16
+WALK_MAX_ENTRIES = 20_000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class OverLimit(Exception):
+    """A candidate's folder (or a build's report) is beyond what the judge reads: deeper, larger or with more
+    entries than its limits. The message says which limit, for the verdict."""
+
+
+def walk_untrusted(top: Path, max_depth: int = WALK_MAX_DEPTH, max_entries: int = WALK_MAX_ENTRIES,
+                   strict: bool = False):
+    """Top-down walk of a folder a candidate wrote, without recursion and without following any link: yields
+    (relative folder, its descriptor, sub-folder names, regular-file names) like os.fwalk; the caller may prune
+    the sub-folder list in place. Every folder is opened O_NOFOLLOW | O_NONBLOCK below its parent's descriptor
+    (a link or a FIFO planted where a folder was is never opened through), entries are classified by lstat
+    alone, and what is neither a folder nor a regular file is left out. At most `max_depth` levels below top and
+    `max_entries` entries in all: past them the walk stops, or raises OverLimit when `strict`. A top that is not a
+    folder (missing, a link, a FIFO) yields nothing. One descriptor per level is open at a time."""
+    try:
+        fd = os.open(top, _DIR_FLAGS)
+    except OSError:
+        return
+    stack = [(fd, Path("."), None)]  # (descriptor, relative path, sub-folders left to visit: None = not listed)
+    seen = 0
+    try:
+        while stack:
+            fd, rel, todo = stack[-1]
+            if todo is None:
+                dirs, files = [], []
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > max_entries:
+                            if strict:
+                                raise OverLimit(f"more than {max_entries} entries")
+                            return
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                dirs.append(entry.name)
+                            elif entry.is_file(follow_symlinks=False):
+                                files.append(entry.name)
+                        except OSError:
+                            continue
+                yield rel, fd, dirs, files
+                todo = list(reversed(dirs)) if len(stack) <= max_depth else []
+                if len(stack) > max_depth and dirs and strict:
+                    raise OverLimit(f"folders more than {max_depth} levels deep")
+                stack[-1] = (fd, rel, todo)
+            if not todo:
+                os.close(fd)
+                stack.pop()
+                continue
+            name = todo.pop()
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:  # gone, or swapped for a link or anything else since it was listed
+                continue
+            stack.append((child, rel / name, None))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}")
 
 
-def copy_untrusted_tree(src: Path, dest: Path, max_files: int = 4000, max_bytes: int = 512 << 20) -> int:
+def copy_untrusted_tree(src: Path, dest: Path, max_files: int = 4000, max_bytes: int = 512 << 20,
+                        strict: bool = False) -> int:
     """Copy the regular files of a folder a candidate wrote (its JIT cache) into a new judge-owned folder:
-    walked by file descriptors without following any link (os.fwalk), each name checked (letters, digits,
-    '_.+-'; no '..', no hidden names), files opened O_NOFOLLOW below their folder's descriptor; what is not
-    a plain file or folder is left out. Returns how many files were copied (0 when src is no folder)."""
+    walked by walk_untrusted (no recursion, no link followed, bounded depth and entries), each name checked
+    (letters, digits, '_.+-'; no '..', no hidden names), files opened O_NOFOLLOW | O_NONBLOCK below their
+    folder's descriptor; what is not a plain file or folder is left out. Returns how many files were copied (0
+    when src is no folder). Past a limit (files, bytes, depth, entries) the copy stops there, or raises OverLimit
+    when `strict` (a build's JIT cache: the build is refused, never judged on part of it)."""
     copied, total = 0, 0
     try:
-        walk = os.fwalk(src, follow_symlinks=False)
+        walk = walk_untrusted(src, strict=strict)
         dest.mkdir(mode=0o755)
-        for folder, dirs, files, dir_fd in walk:
-            rel = Path(folder).relative_to(src)
-            dirs[:] = [d for d in dirs if _SAFE_NAME.fullmatch(d) and _real_dir(d, dir_fd)]  # no link to one
+        for rel, dir_fd, dirs, files in walk:
+            dirs[:] = [d for d in dirs if _SAFE_NAME.fullmatch(d)]
             for d in dirs:
                 (dest / rel / d).mkdir(mode=0o755)
             for name in files:
-                if not _SAFE_NAME.fullmatch(name) or copied >= max_files:
+                if not _SAFE_NAME.fullmatch(name):
                     continue
-                data = _read_at(dir_fd, name, max_bytes - total)
+                if copied >= max_files:
+                    if strict:
+                        raise OverLimit(f"more than {max_files} files")
+                    return copied
+                data = _read_at(dir_fd, name, max_bytes - total + 1)
                 if data is None:
                     continue
+                if total + len(data) > max_bytes:
+                    if strict:
+                        raise OverLimit(f"more than {max_bytes >> 20} MiB")
+                    return copied
                 write_new(dest / rel / name, data)
                 copied, total = copied + 1, total + len(data)
     except (OSError, ValueError):
@@ -88,36 +169,72 @@ def copy_untrusted_tree(src: Path, dest: Path, max_files: int = 4000, max_bytes:
     return copied
 
 
-def _real_dir(name: str, dir_fd: int) -> bool:
-    import stat
-
-    try:
-        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
-
-
 def untrusted_files(folder: Path, suffix: str, limit: int = 64 << 20, max_files: int = 2000):
     """(relative path, bytes) of each regular file named *suffix under a folder a candidate may still be
-    changing (its JIT cache while it runs): walked and read by descriptors, never through a link."""
+    changing (its JIT cache while it runs): walked by walk_untrusted and read by descriptors, never through a
+    link; what lies past its limits is not read."""
     found = 0
     try:
-        for top, dirs, files, dir_fd in os.fwalk(folder, follow_symlinks=False):
+        for rel, dir_fd, _dirs, files in walk_untrusted(folder):
             for name in files:
                 if name.endswith(suffix) and found < max_files:
                     data = _read_at(dir_fd, name, limit)
                     if data is not None:
                         found += 1
-                        yield str(Path(top).relative_to(folder) / name), data
+                        yield str(rel / name), data
     except (OSError, ValueError):
         return
+
+
+def remove_untrusted_tree(path: Path) -> None:
+    """Remove a folder a candidate wrote, whatever it planted: no recursion and no link followed (a link is
+    removed, never what it names), however deep its folders go. Each sub-folder is first moved up beside the
+    others (a rename inside the folder), so no more than two descriptors are open and the depth stays one.
+    Missing: nothing to do; a link or a file at `path`: unlinked."""
+    path = Path(path)
+    try:
+        top = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return
+    except OSError:  # a link, a FIFO or a file where the folder was
+        os.unlink(path)
+        return
+    try:
+        queue, n = ["."], 0
+        while queue:
+            name = queue.pop()
+            fd = os.open(name, _DIR_FLAGS, dir_fd=top)
+            try:
+                with os.scandir(fd) as entries:
+                    listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                for entry, is_dir in listed:
+                    if is_dir:
+                        n += 1
+                        moved = f".xlang-rm-{n}"
+                        while True:  # a fresh name at the top (the candidate may have used ours)
+                            try:
+                                os.stat(moved, dir_fd=top, follow_symlinks=False)
+                                n += 1
+                                moved = f".xlang-rm-{n}"
+                            except FileNotFoundError:
+                                break
+                        os.rename(entry, moved, src_dir_fd=fd, dst_dir_fd=top)
+                        queue.append(moved)
+                    else:
+                        os.unlink(entry, dir_fd=fd)
+            finally:
+                os.close(fd)
+            if name != ".":
+                os.rmdir(name, dir_fd=top)
+        # the top's own entries were moved or removed first; anything moved into it after that went the same way
+    finally:
+        os.close(top)
+    os.rmdir(path)
 
 
 def _read_at(dir_fd: int | None, name: str | Path, limit: int) -> bytes | None:
     """A regular file `name` (in `dir_fd`, or a path), opened without following a link, at most `limit` bytes;
     None when missing, a link or anything but a regular file."""
-    import stat
-
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:

@@ -13,6 +13,11 @@ Its one `category` is the first failing stage, in this declared order (STAGE_ORD
   (census; the candidate may still be correct) -> not_executed (ncu: the families did not do the work) -> ok.
 `static_ok` is a candidate that compiled with its required families when runtime was not run (e.g. b200
 on this workplace): never counted as correct.
+`harness_error` is no verdict on the candidate: the judge could not judge it fairly (a process that is not the
+candidate's held the GPU while it ran; the evaluation is retried once when the GPU is quiet, and this is what
+stays when the retry met one too). It comes first in STAGE_ORDER (nothing measured beside it stands), is never
+correct nor incorrect, and its runtime counts as not run (runtime_ran False, runtime_note "not run (...)"), so
+the tables leave it out of every runtime rate.
 """
 
 from __future__ import annotations
@@ -31,12 +36,13 @@ MEMORY_ERROR = "memory_error"
 NOT_EXECUTED = "not_executed"
 OK = "ok"
 STATIC_OK = "static_ok"
+HARNESS_ERROR = "harness_error"  # not judged: not the candidate's doing (see above)
 
 # The order in which categories are decided (the first failing one is the verdict's category).
-STAGE_ORDER = (NO_CODE, FORBIDDEN_CALL, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, INCORRECT, HOST_COMPUTE,
+STAGE_ORDER = (HARNESS_ERROR, NO_CODE, FORBIDDEN_CALL, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, INCORRECT, HOST_COMPUTE,
                MEMORY_ERROR, MISSING_INSTRUCTIONS, NOT_EXECUTED, OK, STATIC_OK)
 CATEGORIES = (NO_CODE, COMPILE_ERROR, FORBIDDEN_CALL, MISSING_INSTRUCTIONS, RUNTIME_ERROR, TIMEOUT, INCORRECT,
-              HOST_COMPUTE, MEMORY_ERROR, NOT_EXECUTED, OK, STATIC_OK)
+              HOST_COMPUTE, MEMORY_ERROR, NOT_EXECUTED, OK, STATIC_OK, HARNESS_ERROR)
 # Correct (for verdicts stored before the scoring fields existed): computed the function at run time.
 CORRECT = (MEMORY_ERROR, NOT_EXECUTED, OK)
 # Correct and executed the architecture's required instructions at run time (memcheck clean too).
@@ -93,6 +99,16 @@ class Verdict:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def not_judged(verdict: Verdict, detail: str) -> Verdict:
+    """Make `verdict` a harness_error (no verdict on the candidate, see the module's doc): neither correct nor
+    not, its runtime counted as not run so that no runtime rate counts it."""
+    verdict.category, verdict.detail = HARNESS_ERROR, detail
+    verdict.correct = verdict.executed_ok = None
+    verdict.runtime_ran = False
+    verdict.runtime_note = "not run (harness_error: " + detail.split(": ", 1)[-1][:300] + ")"
+    return verdict
+
+
 def scores(verdict: dict | None) -> dict:
     """The scoring fields of a stored verdict (a Verdict.to_dict(), read defensively), as the tables count them:
 
@@ -119,7 +135,7 @@ def scores(verdict: dict | None) -> dict:
     elif build:
         compiled = bool(build.get("ok"))
     else:
-        compiled = category not in ("", NO_CODE, COMPILE_ERROR)
+        compiled = category not in ("", NO_CODE, COMPILE_ERROR, HARNESS_ERROR)  # harness_error: not known
 
     if isinstance(v.get("census_ok"), bool):
         census_ok = v["census_ok"]
@@ -129,7 +145,7 @@ def scores(verdict: dict | None) -> dict:
         census_ok = not census.get("missing")
     elif category == MISSING_INSTRUCTIONS:
         census_ok = False
-    elif category in CATEGORIES[CATEGORIES.index(MISSING_INSTRUCTIONS) + 1:]:
+    elif category in CATEGORIES[CATEGORIES.index(MISSING_INSTRUCTIONS) + 1:] and category != HARNESS_ERROR:
         census_ok = True  # a later stage was reached, so the census passed
     else:
         census_ok = None

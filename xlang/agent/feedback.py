@@ -15,7 +15,7 @@ from xlang.task import ENTRY_POINT
 
 # Best first: what "best candidate" means when no candidate is ok.
 RANK = (V.OK, V.NOT_EXECUTED, V.MEMORY_ERROR, V.STATIC_OK, V.HOST_COMPUTE, V.INCORRECT, V.TIMEOUT, V.RUNTIME_ERROR,
-        V.MISSING_INSTRUCTIONS, V.FORBIDDEN_CALL, V.COMPILE_ERROR, V.NO_CODE)
+        V.MISSING_INSTRUCTIONS, V.FORBIDDEN_CALL, V.COMPILE_ERROR, V.NO_CODE, V.HARNESS_ERROR)
 
 HEADLINES = {
     V.NO_CODE: "no code block found",
@@ -30,6 +30,7 @@ HEADLINES = {
     V.NOT_EXECUTED: "required instructions not executed at run time",
     V.OK: "correct",
     V.STATIC_OK: "compiled with the required instruction families (not run)",
+    V.HARNESS_ERROR: "not judged: the harness could not judge this candidate fairly (not your code's doing)",
 }
 
 

@@ -24,9 +24,9 @@ from xlang import verdict as V
 from xlang.agent import feedback as F
 from xlang.agent import prompt as P
 from xlang.agent.buildinfo import package_version, toolchain_versions
-from xlang.agent.runtime import Runtime, assess, make_runtime
+from xlang.agent.runtime import Assessment, Runtime, assess, make_runtime
 from xlang.archs import get_arch
-from xlang.backend import backends, get_backend
+from xlang.backend import BuildInterrupted, backends, get_backend, interrupted_since, interrupts_seen, note_interrupt
 from xlang.agent.sources import Source, make_source
 from xlang.errors import XlangError
 from xlang.identity import toolchain_identity
@@ -198,7 +198,13 @@ class Run:
             self.store, self.run_id = store, run_id
             workers = min(cfg.concurrency, n_samples) or 1
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="xlang-sample") as pool:
-                results = list(pool.map(self._sample_safe, range(n_samples)))
+                try:
+                    results = list(pool.map(self._sample_safe, range(n_samples)))
+                except KeyboardInterrupt:
+                    # Ctrl-C: the samples' builds in progress are interrupted (their compilers may have died of
+                    # it), and nothing they would conclude now is stored; the pool waits for them to see it.
+                    note_interrupt()
+                    raise
             statuses = {r.status for r in results}
             status = "error" if "error" in statuses else "budget" if "budget" in statuses else "done"
             store.finish_run(run_id, status)
@@ -275,10 +281,23 @@ class Run:
                 ex = P.extract_code(reply.text, self.backend)
                 code, no_code_note = ex.code, ex.note
             workdir = Path(cfg.workdir or Path(cfg.store).parent / "artifacts") / run_id / f"s{k}" / f"t{turn_idx}"
-            j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
-                      {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms,
-                       **({"suite": cfg.suite} if cfg.suite else {})},
-                      on_stage=lambda what: self._stage(k, turn_idx, turns, what))
+            mark = interrupts_seen()
+            try:
+                j = assess(code, cfg.lang, self.task, self.arch, self.shape, self.runtime, workdir, no_code_note,
+                           {"seed": seed, "no_peers": not cfg.peers, "timing_rest_ms": cfg.timing_rest_ms,
+                            **({"suite": cfg.suite} if cfg.suite else {})},
+                           on_stage=lambda what: self._stage(k, turn_idx, turns, what))
+            except XlangError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the judge's own failure: the turn is kept, with no verdict
+                # Stored as harness_error with the candidate's code, so that the sample goes on, the run finishes,
+                # and `xlang rejudge` can judge the candidate again once the judge is fixed (a sample left in
+                # error would fail the same way on every resume: unfinished forever).
+                j = Assessment(V.not_judged(V.Verdict(V.HARNESS_ERROR, lang=cfg.lang, task=cfg.task, arch=cfg.arch,
+                                                      shape=dict(self.shape)),
+                                            f"the judge failed: {type(e).__name__}: {str(e)[:1500]}"), None)
+            if interrupted_since(mark):  # judged while Ctrl-C stopped the run: not stored, done again on resume
+                raise BuildInterrupted(f"sample {k} turn {turn_idx} was interrupted: not stored")
             v = j.verdict
             key = F.rank_key(v.category, v.speedup, v.to_dict())
             if best is None or key < best_key:

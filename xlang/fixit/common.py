@@ -13,7 +13,8 @@ from xlang import verdict as V
 from xlang.errors import XlangError
 
 ACCEPT = ("ok", "static_ok", "category")
-FAILURES = tuple(c for c in V.STAGE_ORDER if c not in (V.OK, V.STATIC_OK))
+# The candidate's failures (harness_error is none: the judge could not judge it, there is nothing to repair)
+FAILURES = tuple(c for c in V.STAGE_ORDER if c not in (V.OK, V.STATIC_OK, V.HARNESS_ERROR))
 DEFAULT_SKIP = (V.NO_CODE,)  # a failure with no code has nothing to repair from
 def fence(lang: str) -> str:
     """The code-block tag of the language's candidates (its backend's first fence; '' for an unknown one)."""

@@ -114,6 +114,11 @@ def eval_command(
         typer.echo(f"not judged: {v.runtime_note or 'the runtime did not run'} (exit {NOT_RUN_EXIT}; "
                    "`xlang build` is the static check)", err=True)
         raise typer.Exit(NOT_RUN_EXIT)
+    if v.category == "harness_error":  # no verdict on the candidate: the GPU was not the judge's alone, twice
+        retried = " twice" if v.fingerprint.get("harness_retry") else ""
+        typer.echo(f"not judged: a process that is not the candidate's held the GPU{retried}; run it again when "
+                   f"the GPU is free (exit {NOT_RUN_EXIT})", err=True)
+        raise typer.Exit(NOT_RUN_EXIT)
     if v.category != "ok":
         raise typer.Exit(1)
 

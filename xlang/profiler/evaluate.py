@@ -44,8 +44,8 @@ from xlang import verdict as V
 from xlang.backend import BuildResult, get_backend
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler.options import EvalOptions, coerce_options
-from xlang.profiler.pipeline import (GPU_STAGES, STAGES, Context, Failure, Job, Result, first, run_stages,
-                                     static_conclusion)
+from xlang.profiler.gpuwatch import wait_quiet
+from xlang.profiler.pipeline import STAGES, Context, Failure, Job, Result, first, run_stages, static_conclusion
 from xlang.profiler.stages.ncu import NCU_ATTEMPTS
 from xlang.profiler.stages.peers import check_limit, peer_specs
 from xlang.profiler.stages.timing import TimingGate
@@ -85,6 +85,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
                            "workdir": str(workdir), "stages": [s.name for s in STAGES]}
     ctx = Context(task, arch, backend, options, verdict, workdir, source, build, start_gpu=start_gpu, seed=seed)
+    static_stages, gpu_stages = [s for s in STAGES if not s.gpu], [s for s in STAGES if s.gpu]
     verdict.fingerprint["tolerance"] = dict(task.tolerance)  # what "correct" meant (it may change per task)
     if task.output_tolerance or task.kind_output_scale:
         verdict.fingerprint["tolerance"].update(outputs=task.output_tolerance, kind_scales=task.kind_output_scale)
@@ -93,10 +94,30 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
     verdict.fingerprint["stage_seconds"] = ctx.stage_seconds
     if options.static is not None and build is not None:  # screen, build and census ran where it was built
         verdict.build, verdict.compiled, verdict.census_ok = build.to_dict(), True, options.static.get("census_ok")
-        result = run_stages(GPU_STAGES, job, ctx, [tuple(f) for f in options.static.get("failures", ())])
+        static = [tuple(f) for f in options.static.get("failures", ())]
     else:
-        result = run_stages(STAGES, job, ctx)
-    return finish(ctx, *decide(result, job, ctx), started=started, label=label)
+        result = run_stages(static_stages, job, ctx)
+        if result.stopped:
+            return finish(ctx, *decide(result, job, ctx), started=started, label=label)
+        static = result.failures
+    before_gpu = verdict.to_dict()  # what a retry starts from: the static stages' findings
+    result = run_stages(gpu_stages, job, ctx, static)
+    category, detail = decide(result, job, ctx)
+    if category == V.HARNESS_ERROR and result.ran_gpu and options.harness_retries > 0:
+        # Another process held the GPU while the candidate ran (not the candidate's: stages/launch.py): judged
+        # once more, from the static stages' findings, when the GPU has been quiet a while.
+        index = (ctx.gpu or {}).get("index") or 0
+        release(ctx)
+        quiet = wait_quiet(index)
+        retry = V.Verdict.from_dict(before_gpu)
+        ctx = Context(task, arch, backend, options, retry, workdir, source, ctx.build, start_gpu=start_gpu,
+                      seed=seed, stage_seconds={s.name: ctx.stage_seconds[s.name] for s in static_stages
+                                                if s.name in ctx.stage_seconds})
+        retry.fingerprint["stage_seconds"] = ctx.stage_seconds
+        retry.fingerprint["harness_retry"] = {"first": detail[:2000], **quiet}
+        result = run_stages(gpu_stages, job, ctx, static)
+        category, detail = decide(result, job, ctx)
+    return finish(ctx, category, detail, started=started, label=label)
 
 
 def decide(result: Result, job: Job, ctx: Context) -> Failure:
@@ -122,14 +143,10 @@ def decide(result: Result, job: Job, ctx: Context) -> Failure:
 def finish(ctx: Context, category: str, detail: str, started: float, label: str) -> V.Verdict:
     """The verdict is known: every stage still running is stopped, the GPU's lock released, the verdict written."""
     verdict = ctx.verdict
-    for event in ctx.cancel.values():
-        event.set()
-    if ctx.gate is not None:
-        ctx.gate.open(go=False)
-    ctx.pool.shutdown(wait=True)
-    for lock in ctx.held:
-        lock.release()
+    release(ctx)
     verdict.category, verdict.detail = category, detail
+    if category == V.HARNESS_ERROR:
+        V.not_judged(verdict, detail)
     if category in (V.FORBIDDEN_CALL, V.INCORRECT, V.HOST_COMPUTE):
         # Wherever found (the ncu stage too, after the timing): a vendor's work, a wrong answer under the
         # profiler or an answer computed off the GPU is not a correct candidate, and its timing is never a
@@ -144,6 +161,19 @@ def finish(ctx: Context, category: str, detail: str, started: float, label: str)
     except OSError:
         pass
     return verdict
+
+
+def release(ctx: Context) -> None:
+    """Every stage still running is stopped, the timing gate closed, the stages' threads joined, the GPU's lock
+    released (once the verdict is known, or before a retry)."""
+    for event in ctx.cancel.values():
+        event.set()
+    if ctx.gate is not None:
+        ctx.gate.open(go=False)
+    ctx.pool.shutdown(wait=True)
+    for lock in ctx.held:
+        lock.release()
+    ctx.held.clear()
 
 
 def _coerce(task, arch):

@@ -37,6 +37,11 @@ import time
 from pathlib import Path
 
 POLL_S = 0.075
+# A judge's result of status harness_error with result["harness"] = GPU_NOT_ALONE: a process that is not the
+# candidate's held the GPU (a stranger here, or a tenant from before the candidate until after its timing): the
+# verdict harness_error, retried once when the GPU is quiet (evaluate). Any other harness_error is the judge's own
+# failure (stages/launch.py stage_failure raises it).
+GPU_NOT_ALONE = "gpu_not_alone"
 
 _nvml: dict = {}
 _nvml_lock = threading.Lock()
@@ -285,3 +290,24 @@ class GpuWatch:
                 "polls": self.polls, "poll_s": self.poll_s, "runner": sorted(self.runner),
                 "helpers": list(self.helpers.values())[:20], "forbidden": self.forbidden, "stranger": self.stranger,
                 "xid_watch": self.xid_watch, "xids": self.xids[:20]}
+
+
+def wait_quiet(index: int, quiet_s: float = 3.0, limit_s: float = 120.0, poll_s: float = 0.25) -> dict:
+    """Before a retry (harness_error): wait until no process holds a context on the GPU for quiet_s in a row, at
+    most limit_s. The parent calls it with no judge of its own alive, so any holder is someone else's. Returns
+    {"checked", "quiet", "waited_s", "holders"} (checked False without NVML: nothing to wait for)."""
+    t0 = time.monotonic()
+    calm_since = None
+    holders: list[int] = []
+    while True:
+        pids = compute_processes(index)
+        now = time.monotonic()
+        if pids is None:
+            return {"checked": False, "quiet": None, "waited_s": round(now - t0, 2), "holders": []}
+        holders = [p for p in pids if p != os.getpid()]
+        calm_since = (calm_since or now) if not holders else None
+        if calm_since is not None and now - calm_since >= quiet_s:
+            return {"checked": True, "quiet": True, "waited_s": round(now - t0, 2), "holders": []}
+        if now - t0 >= limit_s:
+            return {"checked": True, "quiet": False, "waited_s": round(now - t0, 2), "holders": holders}
+        time.sleep(poll_s)

@@ -43,6 +43,7 @@ import traceback
 from pathlib import Path
 
 from xlang.archs import get_arch
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE
 from xlang.profiler.stages.calls import Outcome
 from xlang.profiler.stages.check import Provenance, _observer, correctness
 from xlang.profiler.stages.peers import time_peers
@@ -243,6 +244,8 @@ def _run(spec: dict, progress, ctx: dict) -> dict:
             return {"status": "harness_error", "detail": f"unknown judge mode {spec['mode']}"}
     except Outcome as o:
         result.update(status=o.status, detail=o.detail)
+        if o.status == "harness_error":  # run_check's: the environment's processes held the GPU the whole time
+            result["harness"] = GPU_NOT_ALONE
     except CandidateError as e:
         result.update(status="runtime_error", detail=str(e))
     except RunnerGone as e:

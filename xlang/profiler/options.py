@@ -36,6 +36,9 @@ class EvalOptions:
     peers: bool = True
     peer_timeout_s: float = 180.0
     overlap: bool = True  # memcheck and ncu beside the correctness trials (timing waits for them)
+    # harness_error (a process that is not the candidate's held the GPU): the GPU stages run again this many times,
+    # each once the GPU has been quiet a while (gpuwatch.wait_quiet)
+    harness_retries: int = 1
     # Timed inputs: a fresh secret seed per evaluation (a published one lets a candidate precompute the timed
     # outputs at import time); an int here only for experiments.
     timing_seed: int | None = None

@@ -243,7 +243,7 @@ CATEGORY_COLORS = {"no_code": "#6e7781", "compile_error": "#cf222e", "forbidden_
                    "missing_instructions": "#bc4c00", "runtime_error": "#e16f24", "timeout": "#d4a72c",
                    "incorrect": "#fa4549", "host_compute": "#953800", "memory_error": "#a475f9",
                    "not_executed": "#d29922", "ok": "#2da44e",
-                   "static_ok": "#54aeff", "no reply": "#afb8c1"}
+                   "static_ok": "#54aeff", "harness_error": "#d0d7de", "no reply": "#afb8c1"}
 
 
 def error_plot(errors: pd.DataFrame, path: Path) -> Path:

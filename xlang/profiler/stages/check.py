@@ -390,7 +390,7 @@ def _own_names(records, prov) -> list[str]:
 
 class Check(StageBase):
     name, gpu = "check", True
-    categories = (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL)
+    categories = (V.RUNTIME_ERROR, V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.FORBIDDEN_CALL, V.HARNESS_ERROR)
     runs = "the judge: correctness on drawn shapes, observed kernels, timing against the vendor"
 
     def run(self, job, ctx) -> Failure | None:
@@ -420,7 +420,8 @@ class Check(StageBase):
                                               "clocks_sampled": "after the timed repetitions"}
         # incorrect in a verified timed call after correct trials included: correct is False
         verdict.correct = bool(verdict.correctness and verdict.correctness.get("passed")) and \
-            (failure is None or failure[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL))
+            (failure is None or failure[0] not in (V.INCORRECT, V.RUNTIME_ERROR, V.TIMEOUT, V.FORBIDDEN_CALL,
+                                                  V.HARNESS_ERROR))
         if failure is None:
             # The jail of every stage (a tool stage takes the strongest its tool works in: tool_jail_variant).
             verdict.fingerprint["stage_isolation"] = {"check": verdict.isolation}

@@ -13,6 +13,7 @@ from pathlib import Path
 from xlang import verdict as V
 from xlang.children import ChildResult, run_child
 from xlang.profiler import gpu as gpu_mod
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages.process import stage_uids
 from xlang.sandbox import kill_uid
@@ -105,6 +106,8 @@ def stage_failure(stage: str, run: StageRun, timeout: float) -> tuple[str, str] 
     if status == "ok":
         return None
     if status == "harness_error":
+        if run.result.get("harness") == GPU_NOT_ALONE:  # another process took the GPU: no verdict, not a bug of ours
+            return V.HARNESS_ERROR, f"the {stage} stage: {run.result.get('detail')}"
         raise RuntimeError(f"the {stage} judge failed: {run.result.get('detail')}\n{run.result.get('traceback', '')}")
     return _STATUS.get(status, V.RUNTIME_ERROR), run.result.get("detail", status or "runtime error")
 

@@ -56,7 +56,7 @@ def memcheck_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, c
 
 class Memcheck(StageBase):
     name, gpu, stops, beside = "memcheck", True, False, "check"
-    categories = (V.MEMORY_ERROR, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR)
+    categories = (V.MEMORY_ERROR, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR, V.HARNESS_ERROR)
     runs = "compute-sanitizer memcheck"
 
     def enabled(self, job, ctx) -> bool:

@@ -18,6 +18,7 @@ from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages.base import Failure, StageBase, take_output
 from xlang.profiler.stages.census import narrow_accumulate_detail
 from xlang.profiler.stages.check import _UTILITY_KERNEL
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE
 from xlang.profiler.stages.launch import _tail, run_stage, stage_env, stage_failure
 from xlang.toolchain import find_tool
 from xlang.untrusted import write_new
@@ -67,6 +68,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             "isolation": attempts[-1].get("isolation") if attempts else None}
     if run is not None and (run.result or {}).get("status") == "forbidden_call":  # whatever the report says
         return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + run.result.get("detail", ""))
+    if run is not None and (run.result or {}).get("harness") == GPU_NOT_ALONE:  # a report may be there: not judged
+        return info, stage_failure("ncu", run, options.ncu_timeout_s)
     if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
             and any(a.get("kernels") == 0 for a in attempts):
         # The call ran and passed, yet no kernel was launched by the calling thread inside it (NVTX ranges
@@ -77,7 +80,8 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
     if not profiles:
         judged = stage_failure("ncu", run, options.ncu_timeout_s) if run else None
         why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
-        cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR) else V.RUNTIME_ERROR
+        cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.HARNESS_ERROR) \
+            else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
     return ncu_judgement(info, profiles, spec, arch, required, task,
                          jit_modules=(run.result or {}).get("jit_modules") or [])
@@ -268,7 +272,8 @@ NCU_ATTEMPTS = ("kernel", "application")  # every kernel of the runner process
 
 class Ncu(StageBase):
     name, gpu, stops, beside = "ncu", True, False, "check"
-    categories = (V.INCORRECT, V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR)
+    categories = (V.INCORRECT, V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR,
+                  V.HARNESS_ERROR)
     runs = "Nsight Compute"
 
     def enabled(self, job, ctx) -> bool:

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xlang.profiler.gpuwatch import _started, compute_processes  # one copy, shared with the GPU watch
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE, _started, compute_processes  # one copy, shared with the GPU watch
 
 
 class CandidateError(Exception):
@@ -451,5 +451,7 @@ def apply_watch(result: dict, watch) -> None:
             result.update(status=found[0], detail=found[1])
         return
     result.update(status=found[0], detail=found[1])
+    if found[0] == "harness_error":
+        result["harness"] = GPU_NOT_ALONE  # a stranger's doing: the parent retries once (stages/launch.py)
     if isinstance(result.get("correctness"), dict):
         result["correctness"] = {**result["correctness"], "passed": False, "discarded": found[1]}
