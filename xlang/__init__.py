@@ -14,4 +14,7 @@ __version__ = "0.1.0"
 # 6 (issue 36): the verdict pipeline as stages (xlang/profiler/pipeline.py, stages/), and one static path: without a
 # runtime the agent loop now concludes as `xlang eval` does (fp16 accumulators incorrect, eval's texts); host CPU
 # evidence on warm calls only, provenance comparing operand multisets (both found on the H200 under 5).
-HARNESS_VERSION = "6"
+# 7 (issues 46, 47): nvcc builds in the jail with the judge's copy of the templates; resource limits and a keyring
+# seccomp filter on every jailed child, a fresh uid per build; harness_error (a GPU another process held: retried
+# once); the block-scaled GEMMs' per-element error bound; the prefill baseline is FA2's varlen forward.
+HARNESS_VERSION = "7"
