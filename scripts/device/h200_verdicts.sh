@@ -109,8 +109,8 @@ phase_new() {
     IFS=: read task lang extra <<< "$spec"  # task:lang[:--flag] (e.g. attn_decode_paged:cuda_ptx:--no-peers)
     ev "${task}_${lang}" expert "$lang" "$task" $extra
   done
-  EV_CAP=${SUITE_CAP:-400} ev gemm_triton_llama3-8b expert triton gemm --suite llama3-8b
-  TAIL=${TAIL_TESTS:-60} step pytest_new $(( END - $(date +%s) - ${RESERVE_S:-20} )) python3 -m pytest -m gpu -rfE \
+  [ "${SUITE:-1}" = 1 ] && EV_CAP=${SUITE_CAP:-400} ev gemm_triton_llama3-8b expert triton gemm --suite llama3-8b
+  [ "${NEW_PYTEST:-1}" = 1 ] && TAIL=${TAIL_TESTS:-60} step pytest_new $(( END - $(date +%s) - ${RESERVE_S:-20} )) python3 -m pytest -m gpu -rfE \
       --tb=short --timeout=${TEST_TIMEOUT_S:-240} -p no:cacheprovider --junitxml="$OUT/pytest_new.xml" \
       ${NEW_TESTS:-tests/test_serving_attention_gpu.py tests/test_suites_gpu.py}
 }
