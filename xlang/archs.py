@@ -138,6 +138,20 @@ def get_arch(name: str) -> Arch:
         raise XlangError(f"unknown architecture '{name}' (known: {', '.join(archs())})") from None
 
 
+def device_arch(arch: Arch, device_name: str | None) -> Arch:
+    """The architecture whose figures describe the GPU present: the one of the same compute capability whose model
+    (its title's second word, e.g. "H200") is a word of the device's name ("NVIDIA H200"), else `arch`. A candidate
+    judged as h100 on an H200 (the same ISA) is timed on the H200's memory, so its roofline and bandwidth share must
+    be the H200's: with the H100's 3.35 TB/s an honest decode kernel at 3.4 TB/s on an H200 read as 102% of the
+    bandwidth and "beyond roofline" (2026-12-04, harness 7)."""
+    words = set((device_name or "").upper().replace("-", " ").split())
+    for other in archs().values():
+        model = other.title.split()[1].upper() if len(other.title.split()) > 1 else ""
+        if other.compute_capability == arch.compute_capability and model in words:
+            return other
+    return arch
+
+
 def parse_required(arch: Arch, spec: str | None, task_default: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """Required families: the CLI's comma list if given, else the task's, else the architecture's default."""
     if spec:

@@ -149,7 +149,8 @@ def run_check(ctx, progress) -> dict:
         result["timed_first_call_kernels"] = cand.get("first_call_kernels")
         result["timing"]["clocks"] = gpu_clocks(spec.get("gpu_index"))
         if suite:
-            result["suite"] = suite_result(task, suite, cand_suite, base_suite, get_arch(spec["arch"]).figures)
+            result["suite"] = suite_result(task, suite, cand_suite, base_suite,
+                                           get_arch(result["timing"]["roofline_arch"]).figures)
         # The peers last: what they do (or fail to do) cannot touch the candidate's or the vendor's figures.
         result["timing"].update(time_peers(ctx, shape, cand["stats"]["median_ms"], progress))
         return result

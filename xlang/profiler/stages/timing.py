@@ -206,10 +206,20 @@ def _per_s(amount, ms: float | None, unit: float) -> float | None:
     return amount / (ms * 1e-3) / unit if amount is not None and ms else None
 
 
+def _device_name() -> str | None:
+    """The name of the GPU this judge times on, where torch sees one (the figures of the roofline follow it)."""
+    try:
+        import torch  # the judge's process has CUDA torch; a CPU test's has none
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except (ImportError, RuntimeError):
+        return None
+
+
 def _timing_record(ctx, shape, cand, base, others, alone, baseline_error: str | None = None) -> dict:
     """The timed shape's record. base None: the vendor baseline failed (baseline_error says how, naming it); the
     candidate's figures stand and its speedup is None (a baseline's failure is never the candidate's)."""
-    from xlang.archs import get_arch
+    from xlang.archs import device_arch, get_arch
     from xlang.suites import roofline
 
     task = ctx["task"]
@@ -217,7 +227,7 @@ def _timing_record(ctx, shape, cand, base, others, alone, baseline_error: str | 
     nbytes = task.min_bytes(shape) if task.min_bytes is not None else None
     c_ms = cand["stats"]["median_ms"]
     b_ms = base["stats"]["median_ms"] if base else None
-    arch = get_arch(ctx["spec"]["arch"])
+    arch = device_arch(get_arch(ctx["spec"]["arch"]), _device_name())
     roof = roofline(task, shape, arch.figures)
     floor = roof["floor_ms"]
     datasheet_tbs = arch.figures.get("mem_bandwidth_tbs")
@@ -242,6 +252,7 @@ def _timing_record(ctx, shape, cand, base, others, alone, baseline_error: str | 
         "bandwidth_fraction": gbps / (datasheet_tbs * 1e3) if gbps and datasheet_tbs else None,
         "flops": flops, "roofline_floor_ms": floor, "roofline_bound": roof["bound"],
         "roofline_ceilings": {"tflops": roof["tflops_ceiling"], "tbs": roof["bandwidth_ceiling_tbs"]},
+        "roofline_arch": arch.name,  # whose figures: the GPU present's (archs.device_arch)
         "beyond_roofline": bool(floor is not None and c_ms < floor),
         "gpu_processes_during_candidate": len(extra) if others is not None else None,
         "vendor_alone": alone,
