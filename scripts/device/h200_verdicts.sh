@@ -17,6 +17,7 @@
 #                  while the GPU runs the block-scaled tolerance measurement (benchmarks/block_scaled_tolerance_h200.py)
 #                  and then the serving tests that need no verdict (pytest -m "gpu and not slow"; with the
 #                  .flashinfer carry, FlashInfer's decode peer and its JIT build are among them)
+#   PHASE=prebuild the builds of prep alone (PREBUILD), before phases that judge those experts
 #   PHASE=tilelang the TileLang plugin's experts (TILELANG_TASKS, default gemm attn_fwd) with the .tilelang-carry
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
@@ -29,8 +30,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 [ -d .cutedsl ] && source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site
 # FlashInfer (the paged-decode peer) when the call carries .flashinfer (scripts/serving_on_gpu/pack.sh).
 [ -d .flashinfer ] && source scripts/serving_on_gpu/unpack.sh .flashinfer /tmp/site
-# TileLang and the xlang-tilelang plugin when the call carries .tilelang-carry (scripts/tilelang_on_gpu/pack.sh).
-[ -d .tilelang-carry ] && source scripts/cutedsl_on_gpu/unpack.sh .tilelang-carry /tmp/site
+# TileLang and the xlang-tilelang plugin when the call carries .tilelang-carry (scripts/tilelang_on_gpu/pack.sh), in
+# a site of their own that only the tilelang phase puts first: TileLang pins apache-tvm-ffi 0.1.12, FlashInfer and
+# the CuTe DSL peers need 0.1.15 (one /tmp/site for both mixed their files: "undefined symbol", 2026-12-04).
+[ -d .tilelang-carry ] && ( source scripts/cutedsl_on_gpu/unpack.sh .tilelang-carry /tmp/site-tilelang )
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 XLANG_CACHE=/tmp/xlang-cache \
        CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 END=$(( $(date +%s) + ${BUDGET_S:-540} ))
@@ -120,9 +123,12 @@ phase_fidelity() {
         --langs "${FIDELITY_LANGS:-triton,cuda_ptx}" --out "$STEP_LOGS"
   done
 }
+phase_prebuild() {  # the experts of PREBUILD (task:lang ...) built in parallel into the build cache
+  step prebuild 240 python3 scripts/device/prebuild.py --arch h100 --jobs ${JOBS:-8} ${PREBUILD:-}
+}
 phase_prep() {  # all at once: the builds and the build timing use CPU, the two measurements the GPU (no timing)
   local pids=()
-  step prebuild 240 python3 scripts/device/prebuild.py --arch h100 --jobs ${JOBS:-8} ${PREBUILD:-} & pids+=($!)
+  phase_prebuild & pids+=($!)
   step build_time 240 python3 benchmarks/cuda_jail_build_time.py --task gemm --arch h100 --repeat 3 & pids+=($!)
   TAIL=40 step tolerance 200 python3 benchmarks/block_scaled_tolerance_h200.py & pids+=($!)
   TAIL=40 step pytest_serving_quick 240 python3 -m pytest -q -rfEs -m "gpu and not slow" --tb=short \
@@ -130,6 +136,7 @@ phase_prep() {  # all at once: the builds and the build timing use CPU, the two 
   wait "${pids[@]}"
 }
 phase_tilelang() {  # the TileLang plugin's experts (issue 39/49), when .tilelang-carry came along
+  local PYTHONPATH=/tmp/site-tilelang:$PYTHONPATH; export PYTHONPATH
   python3 -c "import xlang_tilelang" 2>/dev/null || { echo "== tilelang: the plugin is not installed"; return; }
   for task in ${TILELANG_TASKS:-gemm attn_fwd}; do ev "${task}_tilelang" expert tilelang "$task"; done
 }

@@ -22,10 +22,12 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   tilelang==0.1.15 apache-tvm-ffi==0.1.12 torch-c-dlpack-ext==0.1.5 z3-solver==4.15.4.0 ml-dtypes==0.7.0
 rm -rf "$work/x" && mkdir -p "$work/x" && rm -f "$out"/*
 for w in "$work"/dl/*.whl; do ( cd "$work/x" && unzip -q -o "$w" ); done
-# Left out: z3's second copy of its library (libz3.so beside libz3.so.4.15, which libtilelang.so links). Kept,
+# Not carried twice: z3's second copy of its library (libz3.so beside libz3.so.4.15, which libtilelang.so links)
+# becomes a link to the first: z3's python loads it by the name libz3.so ("libz3.so not found" without it, seen on
+# the H200 2026-12-04). Kept,
 # unlike the FA4 carry: tvm_ffi/include and 3rdparty (TileLang's host code includes tvm/ffi/c_api.h when it builds
 # a kernel's host library) and TileLang's 3rdparty/ (nvcc includes CUTLASS and TVM headers at every JIT compile).
-rm -f "$work/x/z3/lib/libz3.so"
+rm -f "$work/x/z3/lib/libz3.so" && ln -s libz3.so.4.15 "$work/x/z3/lib/libz3.so"
 find "$work/x" -name '__pycache__' -prune -exec rm -rf {} +
 find "$work/x" -name RECORD -path '*.dist-info/*' -delete
 tar -C "$work/x" -cf - . | xz -9e -T1 > "$out/tilelang.tar.xz"
