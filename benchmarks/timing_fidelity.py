@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # expert_module beside
 
 def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> dict[str, float]:
     """{side: median ms} from one `xlang eval expert` verdict: the expert (its language), the vendor, the peers."""
-    cmd = ["xlang", "eval", "expert", "--task", task, "--lang", lang, "--arch", "auto", "--json", "--no-memcheck",
+    cmd = [sys.executable, "-m", "xlang", "eval", "expert", "--task", task, "--lang", lang, "--arch", "auto", "--json", "--no-memcheck",
            "--no-ncu", "--seed", str(seed), "--timing-rest-ms", str(rest_ms)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     try:
