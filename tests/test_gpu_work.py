@@ -341,9 +341,10 @@ def test_host_cpu_time_of_a_jail_uid_is_read_from_proc():
 
     uid = CANDIDATE_UID_BASE + 999  # a slot no stage uses (4 per GPU)
     assert process_cpu_ms(os.getuid()) is None  # not a jail uid: the judge's own time would count
-    # A fixed amount of CPU work (dd copying zeros, reaped by the shell: its time moves to the shell's cutime),
-    # then a sleep that keeps the shell alive.
-    busy = subprocess.Popen(["/bin/sh", "-c", "dd if=/dev/zero of=/dev/null bs=1M count=4000 2>/dev/null; sleep 30"],
+    # CPU time, not a fixed amount of work (dd copying 4 GB of zeros took 40 ms of CPU on one machine here, under
+    # the 100 ms asked for): a child shell spins for a second of wall time (reaped by the shell, its time moves to the
+    # shell's cutime), then a sleep keeps the shell alive.
+    busy = subprocess.Popen(["/bin/sh", "-c", "timeout 1 /bin/sh -c 'while :; do :; done'; sleep 30"],
                             user=uid, group=uid, cwd="/")
     try:
         deadline = time.monotonic() + 30

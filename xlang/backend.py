@@ -26,7 +26,7 @@ from pathlib import Path
 
 from xlang import build_cache, resources, untrusted
 from xlang.archs import archs
-from xlang.census import Census, CensusTimeout, take_census
+from xlang.census import Census, CensusTimeout, DisassemblyError, take_census
 from xlang.errors import XlangError
 from xlang.toolchain import require_tool
 
@@ -553,7 +553,7 @@ def _post_process(result: BuildResult, backend, source_text: str, arch, required
         result.error = (f"the build (with the judge's census of its {len(binaries)} module(s)) exceeded "
                         f"{limit:.0f} s + {POST_BUILD_SLACK_S:.0f} s: {e}{BUILD_TIMEOUT_MARK}")
         return
-    except RuntimeError as e:  # cuobjdump refused a module the build named: no module of a GPU, whoever made it
+    except DisassemblyError as e:  # cuobjdump refused a module the build named: no GPU module, whoever made it
         result.ok, result.kernels = False, []
         result.error = f"the build's modules cannot be disassembled: {e}"
         return

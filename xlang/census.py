@@ -71,6 +71,11 @@ class CensusTimeout(RuntimeError):
     """The census ran past the deadline its caller gave (the build's time limit: xlang.backend.build_candidate)."""
 
 
+class DisassemblyError(RuntimeError):
+    """cuobjdump refused a module: the build's module is no GPU module, whoever made it (a verdict on the build). A
+    class of its own so that callers catch this and not every RuntimeError (a RecursionError is one: a judge bug)."""
+
+
 def _sass_text(binary: Path, timeout_s: float = DISASSEMBLE_TIMEOUT_S) -> str:
     stat = Path(binary).stat()
     try:
@@ -91,7 +96,7 @@ def _disassemble(path: str, mtime_ns: int, size: int, timeout_s: float = DISASSE
     tool = require_tool("cuobjdump")
     proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
-        raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
+        raise DisassemblyError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
     with _SASS_LOCK:
         _SASS_CACHE[key] = proc.stdout
         while len(_SASS_CACHE) > 64:
@@ -132,7 +137,7 @@ def _listing(path: str, _mtime_ns: int, _size: int) -> dict[str, list[list[tuple
     tool = require_tool("cuobjdump")
     proc = subprocess.run([str(tool), "-sass", path], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
-        raise RuntimeError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
+        raise DisassemblyError(f"cuobjdump failed on {Path(path).name}: {proc.stderr.strip()[:500]}")
     return parse_listing(proc.stdout)
 
 
