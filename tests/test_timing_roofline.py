@@ -134,3 +134,20 @@ def test_a_cell_judged_as_h100_on_an_h200_is_timed_against_the_h200s_figures(mon
     monkeypatch.setattr(timing, "_device_name", lambda: "NVIDIA H100 80GB HBM3")
     on_h100 = _timing_record(_ctx(DECODE, "h100"), shape, _timed(ms), _timed(4 * ms), [], None)
     assert on_h100["roofline_arch"] == "h100" and on_h100["beyond_roofline"]  # 3.42 TB/s is past an H100's
+
+
+def test_an_fp8_gemm_is_judged_against_the_fp8_tensor_core_rate():
+    """Seen on the H200 (2026-12-04): the CuTe DSL fp8 expert at 1131 TFLOP/s (cuBLASLt 1133) was flagged "beyond
+    roofline" against bf16's 896 TFLOP/s ceiling; fp8 runs at twice bf16's rate (1979 TFLOP/s dense, datasheet)."""
+    fp8, nvfp4 = get_task("gemm_fp8_blockscale"), get_task("gemm_nvfp4")
+    shape = fp8.default_shape
+    roof = roofline(fp8, shape, get_arch("h200").figures)
+    assert roof["bound"] == "compute" and roof["tflops_ceiling"] == 1979
+    ms = fp8.flops(shape) / 1131e12 * 1e3
+    assert not _timing_record(_ctx(fp8), shape, _timed(ms), _timed(ms), [], None)["beyond_roofline"]
+    assert _timing_record(_ctx(fp8), shape, _timed(fp8.flops(shape) / 2100e12 * 1e3), _timed(ms), [], None)[
+        "beyond_roofline"]
+    # Hopper has no fp4 tensor cores (its NVFP4 kernels decode to bf16): bf16's ceiling; Blackwell's is fp4's
+    assert roofline(nvfp4, nvfp4.default_shape, get_arch("h200").figures)["tflops_ceiling"] == pytest.approx(815 * ROOFLINE_MARGIN)
+    assert roofline(nvfp4, nvfp4.default_shape, get_arch("b200").figures)["tflops_ceiling"] == 9000
+    assert roofline(GEMM, {"M": 4096, "N": 4096, "K": 4096}, get_arch("b200").figures)["tflops_ceiling"] == 2250

@@ -83,7 +83,7 @@ _EXTRA_KEYS = ("announce_when_absent",)
 
 _FIGURE_KEYS = (
     "sms", "smem_per_sm_kib", "smem_per_block_kib", "registers_per_sm", "tmem_per_sm_kib", "l2_mib",
-    "peak_dense_bf16_tflops", "mem_bandwidth_tbs", "memory_gib", "measured_bf16_tflops", "measured_copy_tbs",
+    "peak_dense_bf16_tflops", "peak_dense_fp8_tflops", "peak_dense_fp4_tflops", "mem_bandwidth_tbs", "memory_gib", "measured_bf16_tflops", "measured_copy_tbs",
 )
 
 

@@ -138,8 +138,12 @@ def roofline(task, shape: dict, figures: dict | None) -> dict:
             return min(peak, got * ROOFLINE_MARGIN)
         return peak or None
 
-    tflops, tbs = ceiling("peak_dense_bf16_tflops", "measured_bf16_tflops"), ceiling("mem_bandwidth_tbs",
-                                                                                      "measured_copy_tbs")
+    # The tensor cores' rate in the task's own operand type (Task.math_type: fp8 and fp4 GEMMs run at 2x and 4x
+    # bf16's); an architecture with no figure for it (Hopper has no fp4 tensor cores: its kernels decode to bf16)
+    # takes bf16's. An fp8 GEMM at 1131 TFLOP/s on an H200 read as "beyond roofline" against bf16's ceiling.
+    math = task.math_type if figures.get(f"peak_dense_{task.math_type}_tflops") else "bf16"
+    tflops = ceiling(f"peak_dense_{math}_tflops", f"measured_{math}_tflops")
+    tbs = ceiling("mem_bandwidth_tbs", "measured_copy_tbs")
     compute = task.flops(shape) / (tflops * 1e12) * 1e3 if tflops else None
     memory = task.min_bytes(shape) / (tbs * 1e12) * 1e3 if tbs and task.min_bytes is not None else None
     floors = {k: v for k, v in (("compute", compute), ("memory", memory)) if v is not None}

@@ -246,6 +246,9 @@ class Task:
     # check is then |got - ref| <= atol + rtol |ref| + bound. error_bound_rule says it in words (the prompt, the
     # failure text, `xlang tasks` and the verdict's fingerprint quote it).
     error_bound: Callable[[dict, dict], dict] | None = None
+    # The operand type the tensor cores multiply in (the roofline's compute ceiling: archs.toml peak_dense_<type>_tflops,
+    # bf16's where an architecture has none for it): "bf16", "fp8", "fp4".
+    math_type: str = "bf16"
     error_bound_rule: str = ""
 
     def bound_for(self, output: str, inputs: dict, shape: dict):

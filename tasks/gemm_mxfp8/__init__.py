@@ -212,6 +212,7 @@ TASK = Task(
     tolerance={"atol": 1e-2, "rtol": 1e-2},
     error_bound=error_bound,
     error_bound_rule=ERROR_BOUND_RULE,
+    math_type="fp8",  # the roofline's compute ceiling: the fp8 tensor-core rate
     flops=lambda s: 2.0 * s["M"] * s["N"] * s["K"],
     min_bytes=lambda s: (s["M"] + s["N"]) * s["K"] * (1 + 1 / BLOCK) + 2.0 * s["M"] * s["N"],
     make_inputs=make_inputs,
