@@ -12,6 +12,8 @@ every tensor here is contiguous row-major: SA's K-block axis is the contiguous o
 
 from xlang.task import Contract, Task, TensorArg
 
+from .. import _block_scaled
+
 BLOCK = 128  # the scale block: 1x128 of A's rows, 128x128 of B
 E4M3_MAX = 448.0  # largest finite e4m3 value (OCP FP8 E4M3; PTX ISA .e4m3)
 
@@ -65,22 +67,18 @@ def reference(inputs, shape):
 # rounded to 8 bits, random in sign) is no larger there than Hopper's own fp8 accumulation, so the values cannot
 # reject it; the required families do (wgmma_fp8 / tcgen05_f8f6f4, 80% of the executed MMA work). K-block bugs
 # cannot show with one K block (K = 128), N-block bugs with N <= 128 (tests/test_fp8_task.py shows them passing there).
-TRUNC_BITS = 14  # significant bits of Hopper's fp8 wgmma accumulation inside a block
 K_STEPS_PER_BLOCK = BLOCK // 32  # wgmma m64nNk32 for e4m3: four k-steps per 128-wide scale block
 
 
 def accumulation_unit(K):
     """U_ACC(K): the bound's factor on sum_k |a_k||b_k| (the derivation above)."""
-    return K_STEPS_PER_BLOCK * 2.0 ** (1 - TRUNC_BITS) + (K // BLOCK) * 2.0 ** -24
+    return _block_scaled.accumulation_unit(K, BLOCK, K_STEPS_PER_BLOCK)
 
 
 def error_bound(inputs, shape):
-    # On the inputs' device, from the judge's own inputs; fp32 (TF32 off, as the reference).
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
+    # On the inputs' device, from the judge's own inputs.
     A, B = dequantise(inputs, shape)
-    return {"C": accumulation_unit(shape["K"]) * (A.abs() @ B.abs().t())}
+    return _block_scaled.abs_product_bound(A, B, accumulation_unit(shape["K"]))
 
 
 ERROR_BOUND_RULE = ("bound[m, n] = u * sum_k |A[m, k] * SA[m, k // 128]| * |B[n, k] * SB[n // 128, k // 128]| with "

@@ -19,6 +19,8 @@ Hopper has no fp4 MMA: a Hopper kernel dequantises (exactly, to fp16 or bf16) an
 
 from xlang.task import Contract, Task, TensorArg
 
+from .. import _block_scaled
+
 from ..gemm_mxfp8 import draw_shape  # the same shape space: tails in M and N, K a multiple of 128, N of 16
 
 BLOCK = 16  # elements per NVFP4 scale block
@@ -68,21 +70,17 @@ def reference(inputs, shape):
 # `python3 benchmarks/block_scaled_models.py --M 64 --N 512` (honest 0.35 / 0.38 for every model: these partials are
 # exact at 14 bits); `python3 tasks/gemm_nvfp4/verify/tolerance.py` (small shapes, the rule): honest 0.384, the
 # reference against fp64 0.0005, the wrong kernels 16.7 (A's nibbles swapped) .. 795 (scales ignored).
-TRUNC_BITS = 14
 
 
 def accumulation_unit(K):
     """U_ACC(K): the bound's factor on sum_k |a_k||b_k| (the derivation above)."""
-    return 2.0 ** (1 - TRUNC_BITS) + (K // BLOCK) * 2.0 ** -24
+    return _block_scaled.accumulation_unit(K, BLOCK)
 
 
 def error_bound(inputs, shape):
-    # On the inputs' device, from the judge's own inputs; fp32 (TF32 off, as the reference).
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
+    # On the inputs' device, from the judge's own inputs.
     A, B = dequantise(inputs)
-    return {"C": accumulation_unit(shape["K"]) * (A.abs() @ B.abs().t())}
+    return _block_scaled.abs_product_bound(A, B, accumulation_unit(shape["K"]))
 
 
 ERROR_BOUND_RULE = ("bound[m, n] = u * sum_k |a(m, k) * SA[m, k // 16]| * |b(n, k) * SB[n, k // 16]| with "
