@@ -88,5 +88,5 @@ def test_the_kernels_call_the_rules_the_model_reads():
                  "head0 = _first_head(kvh, g)", "entry, slot = _page_slot(t, p)",
                  "page = cutlass.Int64(mTable[(b, entry)])", "src_k = cute.local_tile(mK[(page, slot, kvh, None)]",
                  "if _token_live(t, end):", "row = _token_row(r, warp)", "if _token_live(t0 + row, end):",
-                 "chunk, nsplit = split_plan(B, HKV, D, P, MAXP, sms)", "cpasync.CopyG2SOp("):
+                 "chunk, nsplit = split_plan(B, HKV, D, P, MAXP, sms, G)", "cpasync.CopyG2SOp("):
         assert call in text, call

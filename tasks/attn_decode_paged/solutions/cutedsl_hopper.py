@@ -1,4 +1,5 @@
-# Not yet run on a GPU (written 2026-12-02 without device time); see tasks/attn_decode_paged/NOTES_cutedsl.md
+# The 2026-12-02 version ran on the H200 (2026-12-04, harness 7) at 831 GB/s; this one (step-major warp sums, a split
+# plan that counts resident CTAs) is not yet run: tasks/attn_decode_paged/NOTES_cutedsl.md, "Why it was slow"
 """Expert Hopper (sm_90a) paged GQA decode in CuTe DSL for xlang's `attn_decode_paged` (split-KV, "flash decoding").
 
 out[b, h] = softmax(scale * q[b, h] . K_b^T) V_b over the seq_lens[b] tokens of sequence b, whose token t sits in
@@ -10,8 +11,9 @@ Design, top-down
     tokens) and writes, for each of its G query heads, the split's output normalised by its own sum and its
     log2-sum-exp into fp32 scratch; the combine kernel merges the splits of each (sequence, query head) by those
     weights. The split count comes from the longest possible sequence (MAXP * P: the lengths stay on the device,
-    a host copy would stall the stream): about two waves of CTAs, whole tiles per split, at most 64 splits; a split
-    past a shorter sequence's end owns no token and writes weight 0. A heuristic, not tuned (nothing to tune on).
+    a host copy would stall the stream): about two waves of CTAs at the CTAs per SM that shared memory allows,
+    whole tiles per split, at most 64 splits; a split past a shorter sequence's end owns no token and writes
+    weight 0. A heuristic, not tuned.
   * Pages are gathered into shared memory with cp.async (CuTe's cpasync.CopyG2SOp, 16 bytes a copy: SASS LDGSTS),
     double-buffered, BN tokens of K and V a tile: per (token, 16-byte chunk) one thread looks up the token's page in
     block_table and copies from k_cache[page, t % P, kvh, 8 c ..] (offsets in 64 bits: the caches can pass 2^31
@@ -21,8 +23,9 @@ Design, top-down
     206 FLOP per byte (arch_docs/h100/params.md), so the tensor cores would wait on memory anyway; whether mma.sync
     would be faster at G = 8 is not measured. Each lane owns D / 32 columns; the G query rows (pre-scaled by
     scale * log2 e) sit in registers. A warp takes the tile's tokens w, w + 4, ...: per token and head a dot of the
-    lane's columns, a butterfly sum over the warp, then the online softmax (exp2 domain) and O += p v on the lane's
-    columns. The 4 warps' (m, l, O) merge through shared memory at the end of the split.
+    lane's columns, a butterfly sum over the warp (the G heads' shuffles step by step, interleaved: _warp_sums),
+    then the online softmax (exp2 domain) and O += p v on the lane's columns. The 4 warps' (m, l, O) merge through
+    shared memory at the end of the split.
   * One compile per (D, P, G); B, H, HKV, NP, MAXP and the split plan are dynamic.
 
 The index rules are small functions (_split_range, _tiles, _page_slot, _token_live, _token_row, _first_head) that the
@@ -82,10 +85,14 @@ def _first_head(kvh, g):
 
 
 @cute.jit
-def _warp_sum(x: cutlass.Float32) -> cutlass.Float32:
+def _warp_sums(x: cute.Tensor, g: cutlass.Constexpr):
+    """x[gi] summed over the warp, for the G heads at once. Step-major order on purpose: a warp issues in order and
+    the shuffles keep their source order in the SASS, so head-major (one head's 5 dependent shuffles, then the
+    next's) leaves every shuffle's latency exposed, G x 5 in a row per token; step-major puts the G heads'
+    independent shuffles of a step back to back, one latency per step (NOTES_cutedsl.md, "Why it was slow")."""
     for i in cutlass.range_constexpr(5):
-        x = x + cute.arch.shuffle_sync_bfly(x, offset=1 << i)
-    return x
+        for gi in cutlass.range_constexpr(g):
+            x[gi] = x[gi] + cute.arch.shuffle_sync_bfly(x[gi], offset=1 << i)
 
 
 @cute.jit
@@ -156,6 +163,7 @@ def _split_kernel(
     ro = cute.make_rmem_tensor((g, vpl), ACC)
     rk = cute.make_rmem_tensor((vpl,), ACC)
     rv = cute.make_rmem_tensor((vpl,), ACC)
+    rs = cute.make_rmem_tensor((g,), ACC)       # the token's score for each head
     rm.fill(-math.inf)
     rl.fill(0.0)
     ro.fill(0.0)
@@ -178,10 +186,12 @@ def _split_kernel(
                     rk[e] = sK[(row, lane * vpl + e, stage)].to(ACC)
                     rv[e] = sV[(row, lane * vpl + e, stage)].to(ACC)
                 for gi in cutlass.range_constexpr(g):
-                    s = rq[gi, 0] * rk[0]
+                    rs[gi] = rq[gi, 0] * rk[0]
                     for e in cutlass.range_constexpr(1, vpl):
-                        s = s + rq[gi, e] * rk[e]
-                    s = _warp_sum(s)
+                        rs[gi] = rs[gi] + rq[gi, e] * rk[e]
+                _warp_sums(rs, g)
+                for gi in cutlass.range_constexpr(g):
+                    s = rs[gi]
                     m_new = cute.arch.fmax(rm[gi], s)
                     alpha = cute.arch.exp2(rm[gi] - m_new)
                     pr = cute.arch.exp2(s - m_new)
@@ -277,11 +287,29 @@ def _decode_host(
                                                              stream=stream)
 
 
-def split_plan(B, HKV, D, P, MAXP, sms):
-    """(tokens per split, splits): about two waves of split CTAs, whole tiles per split, at most MAX_SPLITS."""
+SMEM_PER_SM = 228 * 1024          # arch_docs/h100/params.md: shared memory per SM, and 1 KB reserved per block
+SMEM_RESERVED = 1024
+
+
+def split_smem_bytes(D, G):
+    """The split kernel's shared memory: the K and V stages, then the warps' (m, l, O) for the merge."""
+    return 2 * STAGES * tokens_per_tile(D) * D * 2 + WARPS * G * (2 + D) * 4
+
+
+def ctas_per_sm(D, G):
+    """Resident split CTAs per SM as shared memory allows (the binding limit at D 128: 72 KiB a CTA, 3 an SM;
+    registers, 84 at D 128 G 4, would allow 5). A wave is this many CTAs per SM, not one."""
+    return max(1, min(SMEM_PER_SM // (split_smem_bytes(D, G) + SMEM_RESERVED), 2048 // THREADS))
+
+
+def split_plan(B, HKV, D, P, MAXP, sms, G):
+    """(tokens per split, splits): about two waves of split CTAs at the resident CTAs per SM, whole tiles per split,
+    at most MAX_SPLITS. Counting a wave as one CTA per SM (as before) gave one split at the default shape (B 64 x
+    HKV 8 = 512 CTAs >= 2 x 132), so the longest sequence (4096 tokens, 64 tiles) ran in one CTA and set the
+    kernel's time while the average slot held 44 tiles; two splits halve that walk."""
     bn = tokens_per_tile(D)
     tokens = MAXP * P
-    nsplit = max(1, min(-(-2 * sms // (B * HKV)), -(-tokens // bn), MAX_SPLITS))
+    nsplit = max(1, min(-(-2 * sms * ctas_per_sm(D, G) // (B * HKV)), -(-tokens // bn), MAX_SPLITS))
     chunk = -(-(-(-tokens // nsplit)) // bn) * bn
     return chunk, -(-tokens // chunk)
 
@@ -302,7 +330,7 @@ def xlang_entry(q, k_cache, v_cache, block_table, seq_lens, out, B, H, HKV, D, P
 
     G = H // HKV
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 132
-    chunk, nsplit = split_plan(B, HKV, D, P, MAXP, sms)
+    chunk, nsplit = split_plan(B, HKV, D, P, MAXP, sms, G)
     o_part = torch.empty(B * H * nsplit, D, dtype=torch.float32, device=q.device)
     lse_part = torch.empty(B * H * nsplit, dtype=torch.float32, device=q.device)
     args = (_wrap(q, (0, 1)), _wrap(k_cache, (0, 2)), _wrap(v_cache, (0, 2)), _wrap(block_table, (0, 1), 4),

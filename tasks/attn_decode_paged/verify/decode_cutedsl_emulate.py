@@ -98,7 +98,7 @@ def model(expert, inputs, shape, sms=132, bugs=()):
     """What xlang_entry leaves in out ([B, H, D] bf16 as fp32) and the split count of its plan for `sms` SMs."""
     B, H, HKV, D = shape["B"], shape["H"], shape["HKV"], shape["D"]
     G = H // HKV
-    chunk, nsplit = expert.split_plan(B, HKV, D, shape["P"], shape["MAXP"], sms)
+    chunk, nsplit = expert.split_plan(B, HKV, D, shape["P"], shape["MAXP"], sms, G)
     o_part = torch.full((B, H, nsplit, D), math.nan)
     lse_part = torch.full((B, H, nsplit), math.nan)
     for b in range(B):
