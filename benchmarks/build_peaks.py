@@ -8,7 +8,6 @@ tasks (threads) the uid had at once (what RLIMIT_NPROC counts).
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import threading
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from xlang.archs import get_arch
 from xlang.backend import build_candidate
-from xlang.sandbox import BUILD_UID_BASE, BUILD_UID_COUNT
+from xlang.sandbox import BUILD_UID_BASE, BUILD_UID_COUNT, proc_statuses
 from xlang.task import get_task
 
 DEFAULT = ["gemm:triton:h100", "gemm:cutedsl:h100", "gemm:cuda_ptx:h100", "gemm:cuda_ptx:b200",
@@ -27,12 +26,8 @@ DEFAULT = ["gemm:triton:h100", "gemm:cutedsl:h100", "gemm:cuda_ptx:h100", "gemm:
 def _poll(stop: threading.Event, peaks: dict) -> None:
     while not stop.is_set():
         tasks: dict[int, int] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for _pid, fields in proc_statuses():
             try:
-                with open(f"/proc/{entry}/status") as f:
-                    fields = dict(line.split(":", 1) for line in f if ":" in line)
                 uid = int(fields["Uid"].split()[0])
                 if not BUILD_UID_BASE <= uid < BUILD_UID_BASE + BUILD_UID_COUNT:
                     continue
@@ -44,7 +39,7 @@ def _poll(stop: threading.Event, peaks: dict) -> None:
                     peaks["as"] = (peak, name)
                 if hwm > peaks["rss"][0]:
                     peaks["rss"] = (hwm, name)
-            except (OSError, KeyError, ValueError):
+            except (KeyError, ValueError):
                 pass
         peaks["tasks"] = max([peaks["tasks"], *tasks.values()])
         time.sleep(0.05)

@@ -560,22 +560,30 @@ def uid_for_slot(slot: int) -> int:
     return CANDIDATE_UID_BASE + slot
 
 
-def uid_processes(uid: int) -> list[tuple[int, int]]:
-    """(pid, parent pid) of every live process whose real or effective uid is `uid` (zombies left out).
-    Read from /proc/PID/status, which stays readable when a process makes itself non-dumpable (its /proc
-    folder then belongs to root, so the folder's owner would hide it)."""
-    found = []
+def proc_statuses():
+    """(pid, {field: text}) of every process's /proc/PID/status, which stays readable when a process makes itself
+    non-dumpable (its /proc folder then belongs to root, so the folder's owner would hide it). A process that ends
+    between the listing and the read is left out."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
+                yield int(entry), dict(line.split(":", 1) for line in f if ":" in line)
+        except (OSError, ValueError):
+            pass
+
+
+def uid_processes(uid: int) -> list[tuple[int, int]]:
+    """(pid, parent pid) of every live process whose real or effective uid is `uid` (zombies left out)."""
+    found = []
+    for pid, fields in proc_statuses():
+        try:
             uids = fields["Uid"].split()
             if uid not in (int(uids[0]), int(uids[1])) or fields["State"].split()[0] in ("Z", "X"):
                 continue
-            found.append((int(entry), int(fields["PPid"].split()[0])))
-        except (OSError, KeyError, IndexError, ValueError):
+            found.append((pid, int(fields["PPid"].split()[0])))
+        except (KeyError, IndexError, ValueError):
             pass
     return found
 

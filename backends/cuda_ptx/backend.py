@@ -19,7 +19,7 @@ from xlang.children import run_child
 from xlang.sandbox import Jail, child_env, child_limits, kill_uid, limit_note, size_text
 from xlang.task import ENTRY_POINT, peer_library_folders
 from xlang.toolchain import require_tool
-from xlang.untrusted import read_untrusted_below, replace_file, write_new
+from xlang.untrusted import read_untrusted_below, remove_untrusted_tree, replace_file, write_new
 
 # No import of xlang.agent here: the jailed runner loads this module without the agent package (sandbox._RUNNER_SKIP).
 _FRAME_LINE = re.compile(r"\s+\d+ bytes stack frame, \d+ bytes spill stores, \d+ bytes spill loads")
@@ -40,11 +40,8 @@ def _limits_text() -> str:
 
 def _fresh_folder(path: Path, mode: int) -> Path:
     """A new, empty folder of the judge's at path: what a rebuild in a kept folder left there goes first (never
-    followed through a link)."""
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
+    followed through a link, and without recursion: an earlier build's child folder is the candidate's)."""
+    remove_untrusted_tree(path)
     path.mkdir(mode=mode)
     return path
 
