@@ -1,21 +1,28 @@
-"""Timing fidelity (issue 35, item 1): does the harness's timing equal a measurement without it?
+"""Timing fidelity (issue 35 item 1, issue 49 item 1): does the harness's timing equal a measurement without it?
 
     python3 benchmarks/timing_fidelity.py --task attn_fwd --langs triton,cuda_ptx [--out DIR] [--within 1]
 
-For each side of a task (the vendor, every installed peer, the expert of each language) three medians at the task's
+For each side of a task (the vendor, every installed peer, the expert of each language) medians at the task's
 default shape, on a GPU:
-  harness   `xlang eval expert` (isolation on, the CUPTI observer, no memcheck / ncu): the candidate's, the
-            vendor's and the peers' medians from the verdict's timing record (their GPU span per call);
-  events    this process, no observer: the same calls on buffers filled with fresh inputs before every call
-            (seed per call, as time_calls), the L2 flushed and the same rest, timed by CUDA events around the call;
-  do_bench  triton.testing.do_bench on the same call (its own L2 flush, same inputs every call), the method of
-            the independent cross-checks quoted in issue 35.
-The harness is faithful for a side when |harness / events - 1| <= --within percent; a side outside it is printed
-as `timing_suspect`. Events bracket the launch too (a few microseconds a call that the observer's span leaves
-out), so short calls read slightly longer by events. Exit code 1 when any side is suspect.
+  harness      `xlang eval expert` (isolation on, the CUPTI observer, no memcheck / ncu): the candidate's, the
+               vendor's and the peers' medians from the verdict's timing record (the GPU span of a call: first
+               kernel's start to last kernel's end);
+  events_busy  this process, no observer: the same calls on buffers filled with fresh inputs before every call
+               (seed per call, as time_calls), the L2 flushed and the same rest; CUDA events around the call,
+               with a spin kernel (torch.cuda._sleep) queued before the start event so that the GPU is still busy
+               while the host enqueues the call: the events then bracket the call's GPU time, as the span does;
+  events_idle  the same, without the spin kernel: the GPU waits idle for the host between the start event and
+               the call's first kernel, so this reads longer by the host's enqueue time (the measurement that read
+               5-7% longer than the harness on 2026-12-04, call 3: that time is not the kernel's);
+  do_bench     triton.testing.do_bench on the same call (back to back, same inputs every call, its own flush),
+               the method of the independent cross-checks quoted in issue 35: under the H200's power cap its
+               sustained load runs at lower clocks, so it reads longer still; the clock column shows it.
+Each method's median SM clock (NVML, sampled while it runs) and the host's enqueue time of a call are printed.
+The harness is faithful for a side when |harness / events_busy - 1| <= --within percent; a side outside it is
+printed as `timing_suspect`. Exit code 1 when any side is suspect.
 
-Never run: written on a CPU box in a session without GPU time (2026-12-02). Reads the verdict JSON of
-`xlang eval --json`; the expert is built with the language's own backend (benchmarks/expert_module.py).
+Run on the H200 2026-12-04 (calls 2 and 3 of reports/harness7-h200-2026-12-04) before events_busy existed. Reads
+the verdict JSON of `xlang eval --json`; the expert is built with the language's own backend (benchmarks/expert_module.py).
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # expert_module beside this file
 
 
-def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> dict[str, float]:
-    """{side: median ms} from one `xlang eval expert` verdict: the expert (its language), the vendor, the peers."""
+def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """({side: median ms}, {side: median SM clock MHz}) from one `xlang eval expert` verdict: the expert (its
+    language), the vendor, the peers."""
     cmd = [sys.executable, "-m", "xlang", "eval", "expert", "--task", task, "--lang", lang, "--arch", "auto", "--json", "--no-memcheck",
            "--no-ncu", "--seed", str(seed), "--timing-rest-ms", str(rest_ms)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -45,15 +53,20 @@ def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> dict[str
         raise SystemExit(f"{task} {lang}: the expert's verdict is {verdict.get('category')}: {verdict.get('detail')}")
     out = {lang: timing["candidate_ms"], "vendor": timing["baseline_ms"]}
     out.update({p["display"]: p["ms"] for p in timing.get("peers") or [] if p.get("ran")})
-    return out
+    mhz = {lang: (timing.get("candidate_power") or {}).get("sm_clock_mhz"),
+           "vendor": (timing.get("baseline_power") or {}).get("sm_clock_mhz")}
+    mhz.update({p["display"]: (p.get("power") or {}).get("sm_clock_mhz") for p in timing.get("peers") or [] if p.get("ran")})
+    return out, mhz
 
 
 def plain_medians(task, calls: dict, rest_ms: float, seed: int, reps: int) -> dict[str, dict]:
-    """{side: {"events": median ms, "do_bench": median ms}} in this process, without the observer."""
+    """{side: {method: median ms, method + "_mhz": median SM clock, "enqueue_ms": host time to enqueue a call}}
+    in this process, without the observer."""
     import torch
     import triton.testing
 
     from xlang.candidate import allocate_outputs, arguments
+    from xlang.profiler.gpu import PowerSampler
 
     shape = task.shape({})
     flush = torch.empty(max(256 << 20, 2 * torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.int8,
@@ -61,28 +74,44 @@ def plain_medians(task, calls: dict, rest_ms: float, seed: int, reps: int) -> di
     buffers = {**task.make_inputs(shape, seed, "cuda"), **allocate_outputs(task, shape, "cuda")}
     args = arguments(task, shape, buffers)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    spin_cycles = 6_000_000  # ~3 ms at the H200's 1.98 GHz: longer than any call's enqueue
     out = {}
+
+    def events(fn, busy: bool) -> tuple[float, float, float | None]:
+        times, enqueue = [], []
+        with PowerSampler(torch.cuda.current_device()) as power:
+            for k in range(reps):
+                fresh = task.make_inputs(shape, seed + 3 + k, "cuda")
+                for name, t in fresh.items():
+                    buffers[name].copy_(t)
+                flush.zero_()
+                torch.cuda.synchronize()
+                if rest_ms:
+                    time.sleep(rest_ms / 1e3)
+                if busy:
+                    torch.cuda._sleep(spin_cycles)
+                start.record()
+                t0 = time.perf_counter()
+                fn()
+                enqueue.append((time.perf_counter() - t0) * 1e3)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+        summary = power.summary() or {}
+        return statistics.median(times), statistics.median(enqueue), summary.get("sm_clock_mhz")
+
     for side, make in calls.items():
         fn = make(args)
         for _ in range(3):  # JIT, autotuning, module loads
             fn()
         torch.cuda.synchronize()
-        times = []
-        for k in range(reps):
-            fresh = task.make_inputs(shape, seed + 3 + k, "cuda")
-            for name, t in fresh.items():
-                buffers[name].copy_(t)
-            flush.zero_()
-            torch.cuda.synchronize()
-            if rest_ms:
-                time.sleep(rest_ms / 1e3)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        out[side] = {"events": statistics.median(times),
-                     "do_bench": triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")}
+        busy_ms, enqueue_ms, busy_mhz = events(fn, busy=True)
+        idle_ms, _, idle_mhz = events(fn, busy=False)
+        with PowerSampler(torch.cuda.current_device()) as power:
+            bench_ms = triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
+        out[side] = {"events_busy": busy_ms, "events_busy_mhz": busy_mhz, "events_idle": idle_ms,
+                     "events_idle_mhz": idle_mhz, "do_bench": bench_ms,
+                     "do_bench_mhz": (power.summary() or {}).get("sm_clock_mhz"), "enqueue_ms": enqueue_ms}
     return out
 
 
@@ -105,8 +134,11 @@ def main() -> int:
     task = get_task(a.task)
     langs = [x for x in a.langs.split(",") if x]
     harness: dict[str, float] = {}
+    harness_mhz: dict[str, float] = {}
     for lang in langs:
-        harness.update(harness_medians(a.task, lang, a.rest_ms, a.seed))  # vendor / peers: the last verdict's
+        ms, mhz = harness_medians(a.task, lang, a.rest_ms, a.seed)  # vendor / peers: the last verdict's
+        harness.update(ms)
+        harness_mhz.update(mhz)
     calls = {"vendor": lambda args: (lambda e=_baseline_entry(task, task.baseline): e(*args))}
     for peer in task.peers:
         if not peer.missing():
@@ -119,17 +151,24 @@ def main() -> int:
     rows, suspect = [], []
     for side, p in plain.items():
         h = harness.get(side)
-        ratio = h / p["events"] if h else None
-        bad = ratio is not None and abs(ratio - 1) * 100 > a.within
+        ratio = h / p["events_busy"] if h else None
+        bad = ratio is None or abs(ratio - 1) * 100 > a.within
         suspect += [side] if bad else []
-        rows.append({"side": side, "harness_ms": h, "events_ms": p["events"], "do_bench_ms": p["do_bench"],
-                     "harness_over_events": ratio, "verdict": "timing_suspect" if bad else "ok"})
-    print(f"{a.task} at {task.shape({})} (within {a.within:g}%):")
-    print(f"{'side':<14}{'harness ms':>12}{'events ms':>12}{'do_bench ms':>13}{'h/e':>8}  verdict")
+        rows.append({"side": side, "harness_ms": h, "harness_mhz": harness_mhz.get(side), **p,
+                     "harness_over_events_busy": ratio, "harness_over_events_idle": h / p["events_idle"] if h else None,
+                     "verdict": "timing_suspect" if bad else "ok"})
+    print(f"{a.task} at {task.shape({})} (within {a.within:g}% of events_busy; MHz: median SM clock while timed):")
+    print(f"{'side':<10}{'harness':>9}{'MHz':>6}{'ev_busy':>9}{'MHz':>6}{'ev_idle':>9}{'MHz':>6}{'do_bench':>9}{'MHz':>6}"
+          f"{'enq ms':>8}{'h/busy':>8}{'h/idle':>8}  verdict")
+
+    def f(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+
     for r in rows:
-        h = f"{r['harness_ms']:.4f}" if r["harness_ms"] else "-"
-        ratio = f"{r['harness_over_events']:.3f}" if r["harness_over_events"] else "-"
-        print(f"{r['side']:<14}{h:>12}{r['events_ms']:>12.4f}{r['do_bench_ms']:>13.4f}{ratio:>8}  {r['verdict']}")
+        print(f"{r['side']:<10}{f(r['harness_ms'], '9.4f')}{f(r['harness_mhz'], '6.0f')}{r['events_busy']:9.4f}"
+              f"{f(r['events_busy_mhz'], '6.0f')}{r['events_idle']:9.4f}{f(r['events_idle_mhz'], '6.0f')}"
+              f"{r['do_bench']:9.4f}{f(r['do_bench_mhz'], '6.0f')}{r['enqueue_ms']:8.3f}"
+              f"{f(r['harness_over_events_busy'], '8.3f')}{f(r['harness_over_events_idle'], '8.3f')}  {r['verdict']}")
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / f"timing_fidelity_{a.task}.json").write_text(json.dumps(rows, indent=1))

@@ -62,6 +62,10 @@ ev() {  # ev NAME FILE LANG TASK [extra args]
       --arch h100 --workdir "/tmp/evals/$name" "$@"
   verdict "$name" | tee -a "$STEP_LOGS/verdicts.txt"
 }
+ev_name() {  # ev_name TASK LANG EXTRA: task_lang, and the suite or flag when there is one (one workdir each)
+  local extra=${3#--}; extra=${extra#suite=}
+  echo "${1}_${2}${extra:+_${extra//[^A-Za-z0-9.-]/_}}"
+}
 finish() {
   echo "== verdicts"; cat "$STEP_LOGS/verdicts.txt" 2>/dev/null
   tar czf "$OUT/logs.tgz" -C "$STEP_LOGS" . 2>/dev/null
@@ -90,7 +94,7 @@ phase_experts() {
       "attn_fwd:gluon" "attn_bwd:triton" "attn_bwd:cuda_ptx" "attn_fwd_causal:cuda_ptx" "attn_bwd_causal:cuda_ptx" \
       ${CUTEDSL_EXPERTS:-}}; do
     IFS=: read task lang extra <<< "$spec"  # task:lang[:--flag] (e.g. attn_decode_paged:cuda_ptx:--no-peers)
-    ev "${task}_${lang}" expert "$lang" "$task" $extra
+    ev "$(ev_name "$task" "$lang" "$extra")" expert "$lang" "$task" $extra
   done
 }
 phase_bench() {
@@ -110,7 +114,7 @@ phase_new() {
       "attn_decode_paged:cuda_ptx" "attn_prefill_ragged:triton" "attn_prefill_ragged:cuda_ptx" \
       "attn_bwd:gluon" "attn_bwd_causal:gluon" "gemm_nvfp4:triton" ${NEW_CUTEDSL_EXPERTS:-$CUTEDSL_NEW}}; do
     IFS=: read task lang extra <<< "$spec"  # task:lang[:--flag] (e.g. attn_decode_paged:cuda_ptx:--no-peers)
-    ev "${task}_${lang}" expert "$lang" "$task" $extra
+    ev "$(ev_name "$task" "$lang" "$extra")" expert "$lang" "$task" $extra
   done
   [ "${SUITE:-1}" = 1 ] && EV_CAP=${SUITE_CAP:-400} ev gemm_triton_llama3-8b expert triton gemm --suite llama3-8b
   [ "${NEW_PYTEST:-1}" = 1 ] && TAIL=${TAIL_TESTS:-60} step pytest_new $(( END - $(date +%s) - ${RESERVE_S:-20} )) python3 -m pytest -m gpu -rfE \
