@@ -22,6 +22,15 @@ language's toolchain absent, a build that failed, a child that failed, the time 
 "not run: <reason>" with no figures. Exit 0 once the table is printed. Details (every metric ncu printed, per
 kernel; the commands; the ncu logs and reports) go under --out (default $OUT/limits, else ./attention_limits_out).
 
+On the H200 (a device call carrying .cutedsl, for FA4 and the CuTe DSL experts; .whl's bubblewrap only makes the
+builds' jail stronger):
+
+    source scripts/cutedsl_on_gpu/unpack.sh .cutedsl /tmp/site && \
+    python3 benchmarks/attention_limits.py --tasks attn_fwd,attn_bwd --langs cuda_ptx,cutedsl,triton,gluon --out $OUT/limits
+
+Estimated (not measured) 10-25 s a side, 12 sides: about 150-240 s; a side that would start after --budget-s is
+"not run" (so the table always prints in time).
+
 Never run on a GPU yet: written on a CPU box (2026-12-05); the CSV parser is tested on a hand-written sample of
 the documented `ncu --csv --page raw` layout (tests/test_attention_limits.py).
 """
