@@ -44,6 +44,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -471,12 +472,16 @@ def run_side(ncu: str, side: Side, out: Path, metrics: list[str], clock: str, ti
         report_file.unlink(missing_ok=True)
         cmd = profile_command(ncu, report, attempt, clock, spec_file)
         start = time.monotonic()
+        # A session of its own: on a timeout the whole group (ncu and the python it started) goes, so that no
+        # process of this side is left on the GPU beside the next one.
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
-            log = proc.stdout + proc.stderr
-        except subprocess.TimeoutExpired as e:
-            log = f"{e.stdout or ''}{e.stderr or ''}"
-            (out / f"{tag}.ncu.log").write_text(" ".join(cmd) + "\n" + str(log))
+            log, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            log, _ = proc.communicate()
+            (out / f"{tag}.ncu.log").write_text(" ".join(cmd) + "\n" + (log or ""))
             return not_run(side.task, side.name, f"over its {timeout_s:.0f} s limit under ncu")
         (out / f"{tag}.ncu.log").write_text(" ".join(cmd) + f"\n[{time.monotonic() - start:.1f} s]\n" + log)
         status = json.loads(status_file.read_text()) if status_file.is_file() else {}
