@@ -17,19 +17,26 @@ def load_expert(task_name: str, lang: str = "triton", generation: str = "hopper"
     return load_module(path, name=f"{task_name}_{lang}")
 
 
-def build_entry(lang: str, task, file: str | None = None, shape: dict | None = None):
-    """FILE (or the task's expert) built for Hopper at `shape` (default: the task's) -> its entry point; a build
-    failure prints the error and exits 1."""
+def build_expert(lang: str, task, file: str | None = None, shape: dict | None = None):
+    """FILE (or the task's expert) built for Hopper at `shape` (default: the task's) -> the BuildResult (through the
+    build cache: a second build of the same text is a cache hit)."""
     from xlang.archs import get_arch
     from xlang.backend import build_candidate, get_backend
 
     arch, backend = get_arch("h100"), get_backend(lang)
     text = open(file).read() if file else task.solution(lang, arch.generation, backend.suffix).text
-    build = build_candidate(text, lang, task, arch, shape or task.shape({}))
+    return build_candidate(text, lang, task, arch, shape or task.shape({}))
+
+
+def build_entry(lang: str, task, file: str | None = None, shape: dict | None = None):
+    """build_expert -> its entry point; a build failure prints the error and exits 1."""
+    from xlang.backend import get_backend
+
+    build = build_expert(lang, task, file, shape)
     if not build.ok:
         print("build failed:\n" + (build.error or ""))
         sys.exit(1)
-    return backend.load_entry(build)
+    return get_backend(lang).load_entry(build)
 
 
 def default_shape_calls(task, entry, label: str = "expert"):
