@@ -91,3 +91,20 @@ def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_n
     assert all(result.census.families[f] == 0 for f in absent), result.census.families
     assert all(result.census.ptx[f] > 0 for f in present if f not in ("tma", "tmem"))  # the PTX says so too
     assert not result.census.narrow_accumulate
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
+@pytest.mark.parametrize("defines", ["#define FP8GEMM_PERSISTENT 1\n",
+                                     "#define FP8GEMM_PERSISTENT 1\n#define FP8GEMM_STAGES 6\n"])
+def test_the_cuda_ptx_experts_persistent_variant_builds_with_the_fp8_families(defines, tmp_path):
+    """The compile-time switch of the Hopper cuda_ptx expert (benchmarks/fp8_blockscale_sweep.py times it against
+    the default): set before the source's #ifndef defaults, built by the backend, its census still has the
+    required families and no spills."""
+    arch = get_arch("h100")
+    solution = TASK.solution("cuda_ptx", arch.generation, ".cu")
+    result = build_candidate(defines + solution.text, "cuda_ptx", TASK, arch, TASK.shape(), workdir=tmp_path)
+    assert result.ok, result.error
+    assert result.census.ok and all(result.census.families[f] > 0 for f in ("wgmma_fp8", "tma", "mbarrier",
+                                                                            "setmaxnreg"))
+    assert result.census.families["wgmma"] == 0 and not result.census.narrow_accumulate
+    assert "0 bytes spill stores" in result.ptxas_v
