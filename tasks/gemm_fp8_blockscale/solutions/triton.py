@@ -34,8 +34,11 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 BLOCK = 128  # the contract's scale block along K (and along N for SB)
 
-CONFIG = {"BM": 64, "BN": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "PERSISTENT": False}
-OLD_CONFIG = {"BM": 128, "BN": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "PERSISTENT": False}
+# PROGRAMS_PER_SM: with PERSISTENT, the grid is min(#tiles, PROGRAMS_PER_SM x #SMs) (two 88 KiB programs fit an SM).
+CONFIG = {"BM": 64, "BN": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "PERSISTENT": False,
+          "PROGRAMS_PER_SM": 1}
+OLD_CONFIG = {"BM": 128, "BN": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "PERSISTENT": False,
+              "PROGRAMS_PER_SM": 1}
 
 
 @triton.jit
@@ -98,7 +101,7 @@ def launch(A, SA, B, SB, C, M, N, K, config=None):
     b_desc = TensorDescriptor.from_tensor(B, [BN, BLOCK])
     c_desc = TensorDescriptor.from_tensor(C, [BM, BN])
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
-    grid = (min(tiles, _sm_count(A.device)) if cfg["PERSISTENT"] else tiles,)
+    grid = (min(tiles, cfg["PROGRAMS_PER_SM"] * _sm_count(A.device)) if cfg["PERSISTENT"] else tiles,)
     gemm_fp8_1d2d[grid](a_desc, b_desc, c_desc, SA, SB, M, N, K, BM=BM, BN=BN, BK=BLOCK, GROUP_M=cfg["GROUP_M"],
                         PERSISTENT=cfg["PERSISTENT"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
