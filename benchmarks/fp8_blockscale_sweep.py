@@ -13,8 +13,8 @@ does not build is dropped from the ranking (and listed). Then timed by triton.te
 before every call), the vendor beside it in the same process.
 
 * cuda_ptx: tasks/gemm_fp8_blockscale/solutions/cuda_ptx_hopper.cu with #defines set before its #ifndef defaults
-  (FP8GEMM_PERSISTENT, FP8GEMM_STAGES), built by the cuda_ptx backend's own nvcc command, loaded with ctypes as its
-  load_entry does. It runs in a child process with a time limit, so a variant that hangs costs its limit, not the
+  (FP8GEMM_PERSISTENT, FP8GEMM_SCALES_AHEAD, FP8GEMM_STAGES), built by the cuda_ptx backend's own nvcc command,
+  loaded with ctypes as its load_entry does. It runs in a child process with a time limit, so a variant that hangs costs its limit, not the
   call.
 * Triton: tasks/gemm_fp8_blockscale/solutions/triton.py's launch(config=...) over GRID (BK is the scale block, 128,
   in every configuration: the kernel's design). Compiled first by --jobs worker processes into Triton's on-disk
@@ -61,6 +61,7 @@ CUDA_FILE = TASK.solution("cuda_ptx", "hopper", ".cu").path
 CUDA_VARIANTS = {
     "default": {},
     "stages6": {"FP8GEMM_STAGES": 6},
+    "scales_ahead": {"FP8GEMM_SCALES_AHEAD": 1},
     "persistent": {"FP8GEMM_PERSISTENT": 1},
     "persistent_stages5": {"FP8GEMM_PERSISTENT": 1, "FP8GEMM_STAGES": 5},
     "persistent_stages6": {"FP8GEMM_PERSISTENT": 1, "FP8GEMM_STAGES": 6},

@@ -122,7 +122,7 @@ def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_n
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
-@pytest.mark.parametrize("defines", ["#define FP8GEMM_PERSISTENT 1\n",
+@pytest.mark.parametrize("defines", ["#define FP8GEMM_PERSISTENT 1\n", "#define FP8GEMM_SCALES_AHEAD 1\n",
                                      "#define FP8GEMM_PERSISTENT 1\n#define FP8GEMM_STAGES 6\n"])
 def test_the_cuda_ptx_experts_persistent_variant_builds_with_the_fp8_families(defines, tmp_path):
     """The compile-time switch of the Hopper cuda_ptx expert (benchmarks/fp8_blockscale_sweep.py times it against

@@ -25,10 +25,11 @@
 // Compile-time switch FP8GEMM_PERSISTENT (default 0, the kernel the H200 timed at 0.829x cuBLASLt, harness 7):
 // 1 launches min(#tiles, #SMs) CTAs that walk the tiles in the same grouped order, the producer's ring running on
 // across tiles, so the next tile's first TMA loads fly during this tile's last K blocks and epilogue instead of
-// after a new CTA's start (one CTA per SM: 128 KiB of ring, 384 threads x 168 registers); and each K block's
-// scales are loaded one block ahead, before the wait for its operands (ptxas already hoists them between the
-// wgmmas of the same block in the default; ahead, their latency never meets the promotion). FP8GEMM_STAGES sets
-// the ring's depth (default 4; 6 x 32 KiB still fits the 227 KiB a block may use).
+// after a new CTA's start (one CTA per SM: 128 KiB of ring, 384 threads x 168 registers). FP8GEMM_SCALES_AHEAD
+// (default: as FP8GEMM_PERSISTENT) loads each K block's scales one block ahead, before the wait for its operands
+// (in the default ptxas hoists them only between the wgmmas of the same block: their L2 latency then overlaps
+// three of its four wgmmas). FP8GEMM_STAGES sets the ring's depth (default 4; 6 x 32 KiB still fits the 227 KiB a
+// block may use).
 #include <cstdint>
 #include <cstdio>
 #include <cuda.h>
@@ -45,7 +46,11 @@ constexpr int BM = 128, BN = 128, BK = 128;        // BK: the scale block, 128 f
 #ifndef FP8GEMM_STAGES
 #define FP8GEMM_STAGES 4
 #endif
+#ifndef FP8GEMM_SCALES_AHEAD
+#define FP8GEMM_SCALES_AHEAD FP8GEMM_PERSISTENT
+#endif
 constexpr bool PERSISTENT = FP8GEMM_PERSISTENT != 0;
+constexpr bool SCALES_AHEAD = FP8GEMM_SCALES_AHEAD != 0;
 constexpr int STAGES = FP8GEMM_STAGES;
 constexpr int CONSUMERS = 2;                       // consumer warpgroups, 64 rows each
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -217,14 +222,14 @@ gemm_fp8_1d2d_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_cons
     const float* sb = SB + static_cast<int64_t>(tn) * kblocks;  // BN == 128: one row block of SB per tile
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    // PERSISTENT: block kb's scales, loaded during block kb - 1 (rows past M read row M - 1: A is zero there and
+    // SCALES_AHEAD: block kb's scales, loaded during block kb - 1 (rows past M read row M - 1: A is zero there and
     // the epilogue never stores them).
     float next_a0 = 0.f, next_a1 = 0.f, next_b = 0.f;
-    if (PERSISTENT) next_a0 = sa0[0], next_a1 = sa1[0], next_b = sb[0];
+    if (SCALES_AHEAD) next_a0 = sa0[0], next_a1 = sa1[0], next_b = sb[0];
 
     for (int kb = 0; kb < kblocks; ++kb, ++it) {
       float scale0 = 0.f, scale1 = 0.f;
-      if (PERSISTENT) {
+      if (SCALES_AHEAD) {
         scale0 = next_a0 * next_b, scale1 = next_a1 * next_b;
         const int ahead = min(kb + 1, kblocks - 1);
         next_a0 = sa0[ahead], next_a1 = sa1[ahead], next_b = sb[ahead];
@@ -241,7 +246,7 @@ gemm_fp8_1d2d_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_cons
       wgmma_wait_all();
       fence_regs(part);
       if (lane == 0) mbar_arrive(&empty[s]);  // this warp is done reading the slot
-      if (!PERSISTENT) {
+      if (!SCALES_AHEAD) {
         const float s_b = sb[kb];
         scale0 = (row0 < M ? sa0[kb] : 0.f) * s_b, scale1 = (row1 < M ? sa1[kb] : 0.f) * s_b;
       }
