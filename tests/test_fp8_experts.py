@@ -3,6 +3,7 @@
 the fp8 families and not their neighbours. None of them has run on a GPU (the cuda_ptx one has no CPU check of its
 results; the cutedsl one has a CPU model of its scale handling, tests/test_fp8_cutedsl_models.py)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +36,7 @@ def _patch_index(tensor, scope):
 interpreter._patch_lang_tensor = _patch_index
 '''
 _INTERPRET = INTERPRETER_SHIM + r'''
+import json
 
 from xlang.candidate import load_module
 from xlang.profiler.stages.check import compare_output
@@ -42,14 +44,21 @@ from xlang.task import get_task
 
 task = get_task("gemm_fp8_blockscale")
 expert = load_module(sys.argv[1])
-for kind in task.input_kinds:
-    for shape in ({"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}):
-        x = task.make_inputs(shape, 5, "cpu", kind)
-        C = torch.full((shape["M"], shape["N"]), float("nan"), dtype=torch.bfloat16)
-        expert.xlang_entry(x["A"], x["SA"], x["B"], x["SB"], C, shape["M"], shape["N"], shape["K"])
-        stats = compare_output("C", C, task.reference(x, shape)["C"], **task.tolerance,
-                           bound=task.bound_for("C", x, shape))
-        print(kind, shape, "ok" if "failure" not in stats else stats["failure"], stats["max_rel_err"])
+# argv[2], where given: a JSON list of configurations for the expert's launch(config=...) (the sweep's knobs); a
+# persistent grid then sees 3 SMs, so its programs walk several tiles each
+configs = json.loads(sys.argv[2]) if len(sys.argv) > 2 else [None]
+if len(sys.argv) > 2:
+    expert._sm_count = lambda device: 3
+for cfg in configs:
+    for kind in task.input_kinds:
+        for shape in ({"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}):
+            x = task.make_inputs(shape, 5, "cpu", kind)
+            C = torch.full((shape["M"], shape["N"]), float("nan"), dtype=torch.bfloat16)
+            args = (x["A"], x["SA"], x["B"], x["SB"], C, shape["M"], shape["N"], shape["K"])
+            expert.xlang_entry(*args) if cfg is None else expert.launch(*args, config=cfg)
+            stats = compare_output("C", C, task.reference(x, shape)["C"], **task.tolerance,
+                                   bound=task.bound_for("C", x, shape))
+            print(kind, shape, "ok" if "failure" not in stats else stats["failure"], stats["max_rel_err"])
 '''
 
 
@@ -65,6 +74,25 @@ def test_the_triton_expert_computes_the_task_under_the_interpreter(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 4 and all(" ok " in ln for ln in lines), proc.stdout
+
+
+@pytest.mark.slow
+def test_the_triton_experts_other_configurations_compute_the_task_under_the_interpreter(tmp_path):
+    """The knobs benchmarks/fp8_blockscale_sweep.py turns (a persistent grid of one or two programs per SM, BN 64,
+    the old 128 x 128 default): each still computes the task, tails in M and N included."""
+    pytest.importorskip("triton")
+    script = tmp_path / "interpret.py"
+    script.write_text(_INTERPRET)
+    expert = TASK.solution("triton", "hopper", ".py").path
+    configs = [{"PERSISTENT": True}, {"PERSISTENT": True, "PROGRAMS_PER_SM": 2, "GROUP_M": 1},
+               {"BM": 128, "BN": 128, "num_warps": 8, "num_stages": 4}, {"BN": 64},
+               {"BM": 128, "BN": 64, "PERSISTENT": True}]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(script), str(expert), json.dumps(configs)], capture_output=True,
+                          text=True, timeout=900, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 4 * len(configs) and all(" ok " in ln for ln in lines), proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
@@ -91,3 +119,20 @@ def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_n
     assert all(result.census.families[f] == 0 for f in absent), result.census.families
     assert all(result.census.ptx[f] > 0 for f in present if f not in ("tma", "tmem"))  # the PTX says so too
     assert not result.census.narrow_accumulate
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
+@pytest.mark.parametrize("defines", ["#define FP8GEMM_PERSISTENT 1\n", "#define FP8GEMM_SCALES_AHEAD 1\n",
+                                     "#define FP8GEMM_PERSISTENT 1\n#define FP8GEMM_STAGES 6\n"])
+def test_the_cuda_ptx_experts_persistent_variant_builds_with_the_fp8_families(defines, tmp_path):
+    """The compile-time switch of the Hopper cuda_ptx expert (benchmarks/fp8_blockscale_sweep.py times it against
+    the default): set before the source's #ifndef defaults, built by the backend, its census still has the
+    required families and no spills."""
+    arch = get_arch("h100")
+    solution = TASK.solution("cuda_ptx", arch.generation, ".cu")
+    result = build_candidate(defines + solution.text, "cuda_ptx", TASK, arch, TASK.shape(), workdir=tmp_path)
+    assert result.ok, result.error
+    assert result.census.ok and all(result.census.families[f] > 0 for f in ("wgmma_fp8", "tma", "mbarrier",
+                                                                            "setmaxnreg"))
+    assert result.census.families["wgmma"] == 0 and not result.census.narrow_accumulate
+    assert "0 bytes spill stores" in result.ptxas_v

@@ -7,7 +7,8 @@
 //
 // Design, top-down
 // ----------------
-// * One CTA per 128 x 128 output tile (no persistent grid yet), grouped order (GROUP_M row tiles per column band).
+// * One CTA per 128 x 128 output tile (a persistent grid with FP8GEMM_PERSISTENT, below), grouped order (GROUP_M
+//   row tiles per column band).
 // * K steps of 128 = one scale block; 128 fp8 = 128 bytes, one 128-byte-swizzled row, so the shared tiles and the
 //   wgmma descriptors are laid out exactly as the bf16 GEMM's 64-wide K steps (tasks/gemm/solutions).
 // * Three warpgroups: WG0 is the producer (one thread issues the TMA loads of A and B boxes, 128 rows x 128 bytes,
@@ -20,6 +21,15 @@
 //   accumulation (DeepGEMM promotes at the same interval).
 // * Tails: TMA zero-fills box parts outside [M or N) x [K); rows past M read SA as 0; the epilogue stores bf16 pairs
 //   straight from registers, clipped to row < M and col < N (N % 16 == 0: a pair never straddles the edge).
+//
+// Compile-time switch FP8GEMM_PERSISTENT (default 0, the kernel the H200 timed at 0.829x cuBLASLt, harness 7):
+// 1 launches min(#tiles, #SMs) CTAs that walk the tiles in the same grouped order, the producer's ring running on
+// across tiles, so the next tile's first TMA loads fly during this tile's last K blocks and epilogue instead of
+// after a new CTA's start (one CTA per SM: 128 KiB of ring, 384 threads x 168 registers). FP8GEMM_SCALES_AHEAD
+// (default: as FP8GEMM_PERSISTENT) loads each K block's scales one block ahead, before the wait for its operands
+// (in the default ptxas hoists them only between the wgmmas of the same block: their L2 latency then overlaps
+// three of its four wgmmas). FP8GEMM_STAGES sets the ring's depth (default 4; 6 x 32 KiB still fits the 227 KiB a
+// block may use).
 #include <cstdint>
 #include <cstdio>
 #include <cuda.h>
@@ -30,7 +40,18 @@
 namespace fp8gemm {
 
 constexpr int BM = 128, BN = 128, BK = 128;        // BK: the scale block, 128 fp8 = 128 bytes
-constexpr int STAGES = 4;
+#ifndef FP8GEMM_PERSISTENT
+#define FP8GEMM_PERSISTENT 0
+#endif
+#ifndef FP8GEMM_STAGES
+#define FP8GEMM_STAGES 4
+#endif
+#ifndef FP8GEMM_SCALES_AHEAD
+#define FP8GEMM_SCALES_AHEAD FP8GEMM_PERSISTENT
+#endif
+constexpr bool PERSISTENT = FP8GEMM_PERSISTENT != 0;
+constexpr bool SCALES_AHEAD = FP8GEMM_SCALES_AHEAD != 0;
+constexpr int STAGES = FP8GEMM_STAGES;
 constexpr int CONSUMERS = 2;                       // consumer warpgroups, 64 rows each
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int GROUP_M = 8;
@@ -124,6 +145,15 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
 }
 
 // ---------------------------------------------------------------- the kernel
+// Tile t in the grouped order: GROUP_M row tiles per column band, the row index fastest.
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int per_group = GROUP_M * tiles_n;
+  const int first_m = (t / per_group) * GROUP_M;
+  const int rows_in_group = min(tiles_m - first_m, GROUP_M);
+  tm = first_m + (t % per_group) % rows_in_group;
+  tn = (t % per_group) / rows_in_group;
+}
+
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8_1d2d_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const float* __restrict__ SA, const float* __restrict__ SB, __nv_bfloat16* __restrict__ C,
@@ -136,13 +166,8 @@ gemm_fp8_1d2d_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_cons
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + STAGES * (A_BYTES + B_BYTES));
   uint64_t* empty = full + STAGES;
 
-  // Tile of this CTA, grouped order: GROUP_M row tiles per column band, the row index fastest.
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-  const int per_group = GROUP_M * tiles_n;
-  const int first_m = (blockIdx.x / per_group) * GROUP_M;
-  const int rows_in_group = min(tiles_m - first_m, GROUP_M);
-  const int tm = first_m + (blockIdx.x % per_group) % rows_in_group;
-  const int tn = (blockIdx.x % per_group) / rows_in_group;
+  const int n_tiles = tiles_m * tiles_n;
   const int kblocks = K / BK;
 
   if (threadIdx.x == 0) {
@@ -156,17 +181,24 @@ gemm_fp8_1d2d_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_cons
   }
   __syncthreads();
 
+  // The CTA's tiles: blockIdx.x alone (one tile per CTA), or every gridDim.x-th when PERSISTENT. `it` counts the
+  // ring's uses over all of them, so slot and phase run on from one tile to the next.
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     // ---------------- producer
     regs_dec<40>();
     if (threadIdx.x == 0) {
-      for (int kb = 0; kb < kblocks; ++kb) {
-        const int s = kb % STAGES;
-        mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);  // first pass: a fresh barrier, returns at once
-        mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);  // whole boxes, zero fill included
-        tma_load_2d(slot_a + s * A_BYTES, &map_a, &full[s], kb * BK, tm * BM);
-        tma_load_2d(slot_b + s * B_BYTES, &map_b, &full[s], kb * BK, tn * BN);
+      int it = 0;
+      for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_coords(t, tiles_m, tiles_n, tm, tn);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);  // first pass: a fresh barrier, returns at once
+          mbar_arrive_expect_tx(&full[s], A_BYTES + B_BYTES);  // whole boxes, zero fill included
+          tma_load_2d(slot_a + s * A_BYTES, &map_a, &full[s], kb * BK, tm * BM);
+          tma_load_2d(slot_b + s * B_BYTES, &map_b, &full[s], kb * BK, tn * BN);
+        }
       }
     }
     return;
@@ -176,42 +208,62 @@ gemm_fp8_1d2d_wgmma(const __grid_constant__ CUtensorMap map_a, const __grid_cons
   regs_inc<232>();
   const int c = wg - 1;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
-  // This thread's two rows of the tile (accumulator registers i with (i/2)%2 == 0, and == 1).
-  const int row0 = tm * BM + c * 64 + 16 * warp + lane / 4, row1 = row0 + 8;
-  const float* sa0 = SA + static_cast<int64_t>(min(row0, M - 1)) * kblocks;
-  const float* sa1 = SA + static_cast<int64_t>(min(row1, M - 1)) * kblocks;
-  const float* sb = SB + static_cast<int64_t>(tn) * kblocks;  // BN == 128: one row block of SB per tile
   float acc[64], part[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = part[i] = 0.f;
+  for (int i = 0; i < 64; ++i) part[i] = 0.f;
+  int it = 0;
+  for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+    // This thread's two rows of the tile (accumulator registers i with (i/2)%2 == 0, and == 1).
+    const int row0 = tm * BM + c * 64 + 16 * warp + lane / 4, row1 = row0 + 8;
+    const float* sa0 = SA + static_cast<int64_t>(min(row0, M - 1)) * kblocks;
+    const float* sa1 = SA + static_cast<int64_t>(min(row1, M - 1)) * kblocks;
+    const float* sb = SB + static_cast<int64_t>(tn) * kblocks;  // BN == 128: one row block of SB per tile
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    // SCALES_AHEAD: block kb's scales, loaded during block kb - 1 (rows past M read row M - 1: A is zero there and
+    // the epilogue never stores them).
+    float next_a0 = 0.f, next_a1 = 0.f, next_b = 0.f;
+    if (SCALES_AHEAD) next_a0 = sa0[0], next_a1 = sa1[0], next_b = sb[0];
 
-  for (int kb = 0; kb < kblocks; ++kb) {
-    const int s = kb % STAGES;
-    mbar_wait(&full[s], (kb / STAGES) & 1);
-    const uint64_t da = smem_desc(slot_a + s * A_BYTES + c * 64 * BK);
-    const uint64_t db = smem_desc(slot_b + s * B_BYTES);
-    fence_regs(part);
-    wgmma_fence();
+    for (int kb = 0; kb < kblocks; ++kb, ++it) {
+      float scale0 = 0.f, scale1 = 0.f;
+      if (SCALES_AHEAD) {
+        scale0 = next_a0 * next_b, scale1 = next_a1 * next_b;
+        const int ahead = min(kb + 1, kblocks - 1);
+        next_a0 = sa0[ahead], next_a1 = sa1[ahead], next_b = sb[ahead];
+      }
+      const int s = it % STAGES;
+      mbar_wait(&full[s], (it / STAGES) & 1);
+      const uint64_t da = smem_desc(slot_a + s * A_BYTES + c * 64 * BK);
+      const uint64_t db = smem_desc(slot_b + s * B_BYTES);
+      fence_regs(part);
+      wgmma_fence();
 #pragma unroll
-    for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32_e4m3(part, da + 2 * k, db + 2 * k, k > 0 ? 1 : 0);
-    wgmma_commit();
-    wgmma_wait_all();
-    fence_regs(part);
-    if (lane == 0) mbar_arrive(&empty[s]);  // this warp is done reading the slot
-    const float s_b = sb[kb];
-    const float scale0 = (row0 < M ? sa0[kb] : 0.f) * s_b, scale1 = (row1 < M ? sa1[kb] : 0.f) * s_b;
+      for (int k = 0; k < BK / 32; ++k) wgmma_m64n128k32_e4m3(part, da + 2 * k, db + 2 * k, k > 0 ? 1 : 0);
+      wgmma_commit();
+      wgmma_wait_all();
+      fence_regs(part);
+      if (lane == 0) mbar_arrive(&empty[s]);  // this warp is done reading the slot
+      if (!SCALES_AHEAD) {
+        const float s_b = sb[kb];
+        scale0 = (row0 < M ? sa0[kb] : 0.f) * s_b, scale1 = (row1 < M ? sa1[kb] : 0.f) * s_b;
+      }
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] += part[i] * (((i / 2) % 2) ? scale1 : scale0);
-  }
+      for (int i = 0; i < 64; ++i) acc[i] += part[i] * (((i / 2) % 2) ? scale1 : scale0);
+    }
 
-  // Epilogue: bf16 pairs from registers, clipped to the matrix.
+    // Epilogue: bf16 pairs from registers, clipped to the matrix (the stores need no wait: the next tile's
+    // K blocks start behind them).
 #pragma unroll
-  for (int i = 0; i < 64; i += 2) {
-    const int row = ((i / 2) % 2) ? row1 : row0;
-    const int col = tn * BN + 8 * (i / 4) + 2 * (lane % 4);
-    if (row < M && col < N)
-      *reinterpret_cast<__nv_bfloat162*>(C + static_cast<int64_t>(row) * N + col) =
-          __floats2bfloat162_rn(acc[i], acc[i + 1]);
+    for (int i = 0; i < 64; i += 2) {
+      const int row = ((i / 2) % 2) ? row1 : row0;
+      const int col = tn * BN + 8 * (i / 4) + 2 * (lane % 4);
+      if (row < M && col < N)
+        *reinterpret_cast<__nv_bfloat162*>(C + static_cast<int64_t>(row) * N + col) =
+            __floats2bfloat162_rn(acc[i], acc[i + 1]);
+    }
   }
 }
 
@@ -262,5 +314,12 @@ extern "C" void xlang_entry(const __nv_fp8_e4m3* A, const float* SA, const __nv_
     configured = true;
   }
   const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-  gemm_fp8_1d2d_wgmma<<<tiles, THREADS, SMEM_BYTES, stream>>>(ma, mb, SA, SB, C, M, N, K);
+  static int sms = 0;  // PERSISTENT: one CTA per SM (the device of the first call)
+  if (PERSISTENT && sms == 0) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 132;
+  }
+  const int grid = PERSISTENT ? min(tiles, sms) : tiles;
+  gemm_fp8_1d2d_wgmma<<<grid, THREADS, SMEM_BYTES, stream>>>(ma, mb, SA, SB, C, M, N, K);
 }
