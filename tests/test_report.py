@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,6 +79,28 @@ def test_display_says_missing_and_not_run(ds):
     gemm = display[display.task == "gemm"]
     assert list(zip(gemm.arch, gemm.lang)) == [("h100", "triton"), ("h100", "cuda_ptx"), ("b200", "triton"),
                                                ("b200", "cuda_ptx")]
+
+
+def test_instruction_mix_classes_are_read_from_archs_toml():
+    """mix.py names no opcode (issue 48): every class and its opcodes come from archs.toml, and a class's entries
+    decide what it takes (first class first: WARPSYNC is listed under barriers and control, barriers wins)."""
+    import re
+    import tomllib
+
+    import xlang
+
+    toml = tomllib.loads((Path(xlang.__file__).parent / "archs.toml").read_text())["mix"]
+    source = Path(mix.__file__).read_text()
+    for name, opcodes in toml["classes"].items():
+        assert name in mix.MIX_ORDER
+        for op in opcodes:
+            assert not re.search(rf"\b{re.escape(op)}\b", source), f"mix.py names {op}"
+        for op in opcodes:
+            if re.fullmatch(r"[A-Z0-9_]+", op):  # a plain name: the first class that lists it takes it
+                first = next(n for n, ops in toml["classes"].items() if op in ops)
+                assert mix.mix_class(op) == first
+    assert mix.mix_class("WARPSYNC") == "barriers and sync" and mix.mix_class("BRA") == "control"
+    assert mix.MIX_OTHER == toml["other"] == mix.mix_class("IMAD") and mix.MIX_ORDER[-1] == mix.MIX_OTHER
 
 
 def test_instruction_mix_and_not_run(ds):

@@ -88,8 +88,13 @@ _FIGURE_KEYS = (
 
 
 @functools.cache
+def _data() -> dict:
+    return tomllib.loads((Path(__file__).parent / "archs.toml").read_text())
+
+
+@functools.cache
 def _registry() -> tuple[dict[str, Family], dict[str, Arch]]:
-    data = tomllib.loads((Path(__file__).parent / "archs.toml").read_text())
+    data = _data()
     families = {
         name: Family(name, f["doc"], re.compile(f["ptx"]), re.compile(f["sass"]),
                      re.compile(f["narrow_accumulate"]) if f.get("narrow_accumulate") else None, f.get("math", ""),
@@ -129,6 +134,24 @@ def archs() -> dict[str, Arch]:
 def tensor_core_opcodes() -> tuple[TensorCoreOpcode, ...]:
     """Every tensor-core opcode archs.toml lists, family by family in file order."""
     return tuple(op for fam in families().values() for op in fam.opcodes)
+
+
+def mix_classes() -> tuple[tuple[str, str], ...]:
+    """The report's instruction-mix classes in match order, each (name, anchored regular expression of the base
+    opcode): the tensor-core classes (the families' `mix`, grouping their `opcodes`, in file order), then archs.toml
+    `[mix.classes]`."""
+    patterns: dict[str, list[str]] = {}
+    for op in tensor_core_opcodes():
+        patterns.setdefault(op.mix, []).append(op.pattern)
+    listed = _data()["mix"]["classes"]
+    assert not set(listed) & set(patterns), f"archs.toml [mix.classes] repeats a tensor-core class: {set(listed) & set(patterns)}"
+    patterns.update({name: list(ops) for name, ops in listed.items()})
+    return tuple((name, rf"^({'|'.join(ps)})$") for name, ps in patterns.items())
+
+
+def mix_other() -> str:
+    """The instruction-mix class of an opcode that is in none of `mix_classes` (archs.toml `[mix] other`)."""
+    return _data()["mix"]["other"]
 
 
 def get_arch(name: str) -> Arch:

@@ -1,37 +1,19 @@
 """The instruction mix of the report: each SASS opcode a candidate's kernels executed, in a class (the tensor-core
-families' opcodes from archs.toml, then CUDA-core math, memory, ...), summed per cell."""
+families' opcodes, then memory, barriers, fp arithmetic, control: all from archs.toml), summed per cell."""
 
 from __future__ import annotations
 import re
 import pandas as pd
-from xlang.archs import tensor_core_opcodes
+from xlang.archs import mix_classes, mix_other
 from xlang.report.data import Dataset
 from xlang.report.tables import best_turns, sort_cells
 
 
-def _tensor_core_classes() -> list[tuple[str, str]]:
-    """The tensor-core classes of the mix, from archs.toml's tensor-core opcodes (`mix`), in file order."""
-    patterns: dict[str, list[str]] = {}
-    for op in tensor_core_opcodes():
-        patterns.setdefault(op.mix, []).append(op.pattern)
-    return [(name, rf"^({'|'.join(ps)})$") for name, ps in patterns.items()]
+# The classes and the opcodes in them are data (archs.toml: the tensor-core families' `mix`, then `[mix]`).
+MIX_CLASSES = list(mix_classes())
 
 
-MIX_CLASSES = _tensor_core_classes() + [
-    ("TMA and bulk copies", r"^(UTMA[A-Z]*|UBLKCP|UBLKRED|UBLKPF)$"),
-    ("tensor memory", r"^(LDTM|STTM|UTCATOMSWS|UTCCP|UTCBAR|UTCSHIFT)$"),
-    ("shared memory", r"^(LDS|STS|LDSM|STSM|LDGSTS|ATOMS)$"),
-    ("global memory", r"^(LDG|STG|LD|ST|ATOMG|ATOM|RED|REDG|LDGDEPBAR)$"),
-    ("barriers and sync", r"^(SYNCS|BAR|MEMBAR|WARPGROUP|DEPBAR|FENCE|ARRIVES|ERRBAR|CCTL|CCTLL|WARPSYNC|ELECT|"
-                          r"VOTE|VOTEU|REDUX|USETMAXREG|ACQBULK|UCGABAR_ARV|UCGABAR_WAIT|CGAERRBAR)$"),
-    ("fp arithmetic", r"^(FFMA|FADD|FMUL|FMNMX|MUFU|HFMA2|HADD2|HMUL2|HMNMX2|F2F|F2FP|FSEL|FSETP|FCHK|F2I|I2F|"
-                      r"FRND|FSWZADD|DADD|DFMA|DMUL)$"),
-    ("control", r"^(BRA|BRX|EXIT|BSSY|BSYNC|CALL|RET|NOP|YIELD|JMP|JMX|BPT|BREAK|KILL|NANOSLEEP|WARPSYNC|"
-                r"ENDCOLLECTIVE|PMTRIG)$"),
-]
-
-
-MIX_OTHER = "integer, address and other"
+MIX_OTHER = mix_other()
 
 
 MIX_ORDER = [name for name, _ in MIX_CLASSES] + [MIX_OTHER]
