@@ -19,7 +19,15 @@ default shape, on a GPU:
                sustained load runs at lower clocks, so it reads longer still; the clock column shows it.
 Each method's median SM clock (NVML, sampled while it runs) and the host's enqueue time of a call are printed.
 The harness is faithful for a side when |harness / events_busy - 1| <= --within percent; a side outside it is
-printed as `timing_suspect`. Exit code 1 when any side is suspect.
+printed as `timing_suspect`. Exit code 1 when any side is suspect. `idle ms` is the GPU's median idle time inside a
+call in the harness (its call profile: e.g. cuDNN's call through torch launches a memset, then the host works ~36 us
+before the attention kernel): the span counts it, events_busy cannot see it, so (h-idle)/busy is printed beside.
+
+H200, 2026-12-04 (attn_fwd B4 H48 S4096 D128, harness 7, session 17 call 1): harness / events_busy 1.001 (cuda_ptx),
+0.996 (triton), 1.021 (vendor: less the 36 us its calls idle inside
+(call profile of reports/harness7-h200-2026-12-04 call 2) 1.005); harness / events_idle 0.944-0.966,
+the host's enqueue time (0.04-0.15 ms a call) that events_idle counts; do_bench 6-20% longer at 1597-1875 MHz
+against the harness's 1964-1980 MHz (back to back under the power cap).
 
 Run on the H200 2026-12-04 (calls 2 and 3 of reports/harness7-h200-2026-12-04) before events_busy existed. Reads
 the verdict JSON of `xlang eval --json`; the expert is built with the language's own backend (benchmarks/expert_module.py).
@@ -38,9 +46,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # expert_module beside this file
 
 
-def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> tuple[dict[str, float], dict[str, float]]:
-    """({side: median ms}, {side: median SM clock MHz}) from one `xlang eval expert` verdict: the expert (its
-    language), the vendor, the peers."""
+def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> tuple[dict, dict, dict]:
+    """({side: median ms}, {side: median SM clock MHz}, {side: median idle ms inside a call}) from one
+    `xlang eval expert` verdict: the expert (its language), the vendor, the peers."""
     cmd = [sys.executable, "-m", "xlang", "eval", "expert", "--task", task, "--lang", lang, "--arch", "auto", "--json", "--no-memcheck",
            "--no-ncu", "--seed", str(seed), "--timing-rest-ms", str(rest_ms)]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -56,7 +64,12 @@ def harness_medians(task: str, lang: str, rest_ms: float, seed: int) -> tuple[di
     mhz = {lang: (timing.get("candidate_power") or {}).get("sm_clock_mhz"),
            "vendor": (timing.get("baseline_power") or {}).get("sm_clock_mhz")}
     mhz.update({p["display"]: (p.get("power") or {}).get("sm_clock_mhz") for p in timing.get("peers") or [] if p.get("ran")})
-    return out, mhz
+    # The GPU's idle time between a call's own activities (the call profile): the span counts it, events_busy
+    # does not (the host has enqueued the whole call before the start event fires).
+    idle = {lang: (timing.get("candidate_profile") or {}).get("idle_ms"),
+            "vendor": (timing.get("baseline_profile") or {}).get("idle_ms")}
+    idle.update({p["display"]: (p.get("profile") or {}).get("idle_ms") for p in timing.get("peers") or [] if p.get("ran")})
+    return out, mhz, idle
 
 
 def plain_medians(task, calls: dict, rest_ms: float, seed: int, reps: int) -> dict[str, dict]:
@@ -135,10 +148,12 @@ def main() -> int:
     langs = [x for x in a.langs.split(",") if x]
     harness: dict[str, float] = {}
     harness_mhz: dict[str, float] = {}
+    harness_idle: dict[str, float] = {}
     for lang in langs:
-        ms, mhz = harness_medians(a.task, lang, a.rest_ms, a.seed)  # vendor / peers: the last verdict's
+        ms, mhz, idle = harness_medians(a.task, lang, a.rest_ms, a.seed)  # vendor / peers: the last verdict's
         harness.update(ms)
         harness_mhz.update(mhz)
+        harness_idle.update(idle)
     calls = {"vendor": lambda args: (lambda e=_baseline_entry(task, task.baseline): e(*args))}
     for peer in task.peers:
         if not peer.missing():
@@ -154,12 +169,15 @@ def main() -> int:
         ratio = h / p["events_busy"] if h else None
         bad = ratio is None or abs(ratio - 1) * 100 > a.within
         suspect += [side] if bad else []
-        rows.append({"side": side, "harness_ms": h, "harness_mhz": harness_mhz.get(side), **p,
+        idle = harness_idle.get(side)
+        rows.append({"side": side, "harness_ms": h, "harness_mhz": harness_mhz.get(side), "harness_idle_ms": idle,
+                     "harness_busy_over_events_busy": (h - idle) / p["events_busy"] if h and idle is not None else None,
+                     **p,
                      "harness_over_events_busy": ratio, "harness_over_events_idle": h / p["events_idle"] if h else None,
                      "verdict": "timing_suspect" if bad else "ok"})
     print(f"{a.task} at {task.shape({})} (within {a.within:g}% of events_busy; MHz: median SM clock while timed):")
     print(f"{'side':<10}{'harness':>9}{'MHz':>6}{'ev_busy':>9}{'MHz':>6}{'ev_idle':>9}{'MHz':>6}{'do_bench':>9}{'MHz':>6}"
-          f"{'enq ms':>8}{'h/busy':>8}{'h/idle':>8}  verdict")
+          f"{'enq ms':>8}{'idle ms':>8}{'h/busy':>8}{'(h-idle)/busy':>14}{'h/idle':>8}  verdict")
 
     def f(x, fmt):
         return format(x, fmt) if x is not None else "-"
@@ -167,8 +185,9 @@ def main() -> int:
     for r in rows:
         print(f"{r['side']:<10}{f(r['harness_ms'], '9.4f')}{f(r['harness_mhz'], '6.0f')}{r['events_busy']:9.4f}"
               f"{f(r['events_busy_mhz'], '6.0f')}{r['events_idle']:9.4f}{f(r['events_idle_mhz'], '6.0f')}"
-              f"{r['do_bench']:9.4f}{f(r['do_bench_mhz'], '6.0f')}{r['enqueue_ms']:8.3f}"
-              f"{f(r['harness_over_events_busy'], '8.3f')}{f(r['harness_over_events_idle'], '8.3f')}  {r['verdict']}")
+              f"{r['do_bench']:9.4f}{f(r['do_bench_mhz'], '6.0f')}{r['enqueue_ms']:8.3f}{f(r['harness_idle_ms'], '8.4f')}"
+              f"{f(r['harness_over_events_busy'], '8.3f')}{f(r['harness_busy_over_events_busy'], '14.3f')}"
+              f"{f(r['harness_over_events_idle'], '8.3f')}  {r['verdict']}")
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / f"timing_fidelity_{a.task}.json").write_text(json.dumps(rows, indent=1))
