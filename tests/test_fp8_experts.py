@@ -44,11 +44,11 @@ from xlang.task import get_task
 
 task = get_task("gemm_fp8_blockscale")
 expert = load_module(sys.argv[1])
-# argv[2], where given: a JSON list of configurations for the expert's launch(config=...) (the sweep's knobs); a
-# persistent grid then sees 3 SMs, so its programs walk several tiles each
+# argv[2], where given: a JSON list of configurations for the expert's launch(config=...) (the sweep's knobs). The
+# interpreter has no GPU to count SMs on: a persistent grid (the default's too) sees 3, so its programs walk
+# several tiles each
 configs = json.loads(sys.argv[2]) if len(sys.argv) > 2 else [None]
-if len(sys.argv) > 2:
-    expert._sm_count = lambda device: 3
+expert._sm_count = lambda device: 3
 for cfg in configs:
     for kind in task.input_kinds:
         for shape in ({"M": 130, "N": 144, "K": 256}, {"M": 7, "N": 272, "K": 384}):
@@ -122,7 +122,8 @@ def test_the_experts_sass_has_the_fp8_family_and_not_its_neighbours(lang, arch_n
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs the CUDA toolkit (ptxas, cuobjdump)")
-@pytest.mark.parametrize("defines", ["#define FP8GEMM_PERSISTENT 1\n", "#define FP8GEMM_SCALES_AHEAD 1\n",
+@pytest.mark.parametrize("defines", ["#define FP8GEMM_PERSISTENT 0\n#define FP8GEMM_STAGES 4\n",
+                                     "#define FP8GEMM_PERSISTENT 1\n", "#define FP8GEMM_SCALES_AHEAD 1\n",
                                      "#define FP8GEMM_PERSISTENT 1\n#define FP8GEMM_STAGES 6\n"])
 def test_the_cuda_ptx_experts_persistent_variant_builds_with_the_fp8_families(defines, tmp_path):
     """The compile-time switch of the Hopper cuda_ptx expert (benchmarks/fp8_blockscale_sweep.py times it against

@@ -15,16 +15,15 @@ Design, top-down:
 * BN divides 128, so a tile's columns share one row block of SB: one scalar per K block; SA is a column of BM values.
 
 Config (CONFIG; benchmarks/fp8_blockscale_sweep.py overrides it to time others). The default is 64 x 128 tiles,
-4 warps (one warpgroup), 3 stages. Why, from reading (not yet measured here): the partial's wgmma must finish
-(wait 0) before its promotion, so within one program the tensor core idles during every promotion; the old
-default (128 x 128, 8 warps, 4 stages: 160 KiB of shared memory) allowed one program per SM, which the H200 timed
-at 0.796x cuBLASLt (reports/harness7-h200-2026-12-04). 64 x 128 with 3 stages needs 3 x 24 KiB + 16 KiB for C =
-88 KiB and about 170 registers x 128 threads, so two programs share an SM and one's promotion runs while the
-other's wgmma does: the same overlap the CuTe DSL expert gets from its two consumer warpgroups (0.998x). SGLang's
-tuned configs for its Triton w8a8 block-fp8 GEMM (the same per-128-block dot-then-scale loop) on the H200 pick
-this tile at M = 4096 (python/sglang/srt/layers/quantization/configs/N=7168,K=2048,device_name=NVIDIA_H200,
-dtype=fp8_w8a8,block_shape=[128, 128].json: BLOCK_SIZE_M 64, BLOCK_SIZE_N 128, BLOCK_SIZE_K 128, num_warps 4,
-num_stages 3). OLD_CONFIG is the config the H200 timed.
+4 warps (one warpgroup), 3 stages, persistent with two programs per SM: the fastest of 23 configs at the task's
+default shape in the sweep on the H200 (2026-12-04, do_bench back to back: 0.749x cuBLASLt against 0.718x for the
+old default; reports/harness7-h200-2026-12-04, call 6). Why: the partial's wgmma must finish (wait 0) before its
+promotion, so within one program the tensor core idles during every promotion; the old default (128 x 128, 8 warps,
+4 stages: 160 KiB of shared memory) allows one program per SM. 64 x 128 with 3 stages needs 3 x 24 KiB + 16 KiB for
+C = 88 KiB and about 170 registers x 128 threads, so two programs share an SM and one's promotion runs while the
+other's wgmma does: the overlap the CuTe DSL expert gets from its two consumer warpgroups (0.998x). The same tile
+without the persistent grid measured 0.673x (one program's tile order then leaves SMs idle at the last wave).
+OLD_CONFIG is the config the H200 judged at 0.796x in harness 7.
 """
 
 import torch
@@ -35,8 +34,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 BLOCK = 128  # the contract's scale block along K (and along N for SB)
 
 # PROGRAMS_PER_SM: with PERSISTENT, the grid is min(#tiles, PROGRAMS_PER_SM x #SMs) (two 88 KiB programs fit an SM).
-CONFIG = {"BM": 64, "BN": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "PERSISTENT": False,
-          "PROGRAMS_PER_SM": 1}
+CONFIG = {"BM": 64, "BN": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 3, "PERSISTENT": True,
+          "PROGRAMS_PER_SM": 2}
 OLD_CONFIG = {"BM": 128, "BN": 128, "GROUP_M": 8, "num_warps": 8, "num_stages": 4, "PERSISTENT": False,
               "PROGRAMS_PER_SM": 1}
 
