@@ -37,7 +37,7 @@ interpreter._patch_lang_tensor = _patch_index
 _INTERPRET = INTERPRETER_SHIM + r'''
 
 from xlang.candidate import load_module
-from xlang.profiler.stages.check import compare_output
+from xlang.profiler.judge.verify import compare_output
 from xlang.task import get_task
 
 task = get_task("gemm_fp8_blockscale")

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pipeline_example_stage as example
+from plans import plan
 
 from xlang import verdict as V
 from xlang.archs import get_arch
@@ -126,7 +127,7 @@ def _gpu_ctx(tmp_path, **options):
     ctx = _ctx(tmp_path, **options)
 
     def start_gpu(job, c):
-        c.spec = {"fake": True}
+        c.plan = plan()  # any plan: the stages here are stand-ins
         return True
 
     ctx.start_gpu = start_gpu

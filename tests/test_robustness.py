@@ -247,7 +247,8 @@ attempt = len(counter.read_text().splitlines()) + 1 if counter.exists() else 1
 with open(counter, "a") as f:
     f.write("judge\n")
 
-from xlang.profiler import gpuwatch, judge
+from xlang.profiler import gpuwatch
+from xlang.profiler.judge import main as judge_main
 from xlang.sandbox import uid_for_slot, uid_processes
 
 uid = uid_for_slot(4 * int(spec["gpu_index"]))
@@ -275,7 +276,7 @@ def holders(index):
     return sorted(pids)
 
 gpuwatch.compute_processes = holders
-judge.main([str(spec_path)])
+judge_main.main([str(spec_path)])
 '''
 
 

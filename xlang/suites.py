@@ -153,14 +153,14 @@ def roofline(task, shape: dict, figures: dict | None) -> dict:
 
 
 def roofline_floor_ms(task, shape: dict, figures: dict | None) -> float | None:
-    """The least time the shape can take on an architecture (roofline(): the larger floor), as stages.timing's
+    """The least time the shape can take on an architecture (roofline(): the larger floor), as judge.timing's
     record computes it for the timed shape; None without figures."""
     return roofline(task, shape, figures)["floor_ms"]
 
 
 def shape_record(task, label: str, shape: dict, candidate: dict | None, baseline: dict | None,
                  floor_ms: float | None = None) -> dict:
-    """One timed suite shape: the candidate's and the vendor's medians (ms, from stages.timing.time_calls' stats),
+    """One timed suite shape: the candidate's and the vendor's medians (ms, from judge.timing.time_calls' stats),
     the speedup (vendor ms / candidate ms), TFLOP/s (the task's FLOPs over the median), GB/s (Task.min_bytes
     over the median; None where the task defines none) and, as for the timed shape, whether the candidate beat the
     roofline floor (suspicious: a flag, not a verdict)."""

@@ -32,6 +32,7 @@ The parent never imports torch and never touches the GPU itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -45,6 +46,7 @@ from xlang.backend import BuildResult, get_backend
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler.options import EvalOptions, coerce_options
 from xlang.profiler.gpuwatch import wait_quiet
+from xlang.profiler.judge.plan import Plan, TimingPlan
 from xlang.profiler.pipeline import STAGES, Context, Failure, Job, Result, first, run_stages, static_conclusion
 from xlang.profiler.stages.ncu import NCU_ATTEMPTS
 from xlang.profiler.stages.peers import check_limit, peer_specs
@@ -185,7 +187,7 @@ def _coerce(task, arch):
 
 def start_gpu(job: Job, ctx: Context) -> bool:
     """Before the first GPU stage: the GPU of the architecture (False when none is here, and why in the verdict),
-    the shapes and trials drawn for this evaluation, the judge's spec, the timing gate, the GPU's lock."""
+    the shapes and trials drawn for this evaluation, the check's judge plan, the timing gate, the GPU's lock."""
     options, task, arch, backend, verdict = ctx.options, ctx.task, ctx.arch, ctx.backend, ctx.verdict
     build, workdir, seed, lang = ctx.build, ctx.workdir, ctx.seed, job.lang
     gpu = gpu_mod.find_gpu(arch) if options.run != "never" else None
@@ -210,39 +212,40 @@ def start_gpu(job: Job, ctx: Context) -> bool:
         random.SystemRandom().randrange(1, 2**31 - 10**6)
     load = build.load_path
     readable = [str(Path(load).resolve())]  # the file the runner loads: nothing else of the build folder
-    spec = {
-        "lang": lang, "task": task.name, "arch": arch.name, "device": "cuda", "gpu_index": gpu.get("index"),
-        "gpu_minor": gpu.get("minor"),  # its /dev/nvidiaN: the jailed runners see that GPU only
-        "hello": {"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
-        "readable": readable, "seed_cache": str(backend.seed_cache(build) or ""),
-        "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,
-        "kernels_on_disk": backend.kernels_on_disk, "jit_kernel_prefix": backend.jit_kernel_prefix,
-        "jit_cache": backend.jit_cache,
-        "hidden": [str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
-        "build_kernels": [k.name for k in build.kernels],
-        "build_kernel_stems": sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
-        "build_modules": sorted({k.cubin for k in build.kernels if k.cubin}),  # its cubins / shared objects
-        "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
-        "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
-        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed,
-                   "peer_budget_s": options.peer_timeout_s, "rest_ms": float(options.timing_rest_ms)},
-        "peers": peer_specs(task, options) if options.timing else [],
-        "call_timeout_s": options.check_timeout_s,
-        "suite": suite,  # the judge times each of its shapes after the timed one (candidate, then vendor)
-    }
-    ctx.check_limit_s = check_limit(options, spec["peers"]) + (len(suite["shapes"]) * SUITE_SHAPE_S if suite else 0)
+    peers = peer_specs(task, options) if options.timing else []
+    timing = TimingPlan(enabled=options.timing, budget_s=options.timing_budget_s, seed=timing_seed,
+                        peer_budget_s=options.peer_timeout_s, rest_ms=float(options.timing_rest_ms))
+    ctx.check_limit_s = check_limit(options, peers) + (len(suite["shapes"]) * SUITE_SHAPE_S if suite else 0)
     side_by_side = options.overlap and (options.memcheck or options.ncu)
     if side_by_side and options.timing:
         ctx.gate = TimingGate(workdir, ctx.check_limit_s)
         longest = options.memcheck_timeout_s + len(NCU_ATTEMPTS) * options.ncu_timeout_s
-        spec["timing"].update(gate=str(ctx.gate.path), gate_waiting=str(ctx.gate.waiting), gate_max_wait_s=longest + 60)
+        timing = dataclasses.replace(timing, gate=str(ctx.gate.path), gate_waiting=str(ctx.gate.waiting),
+                                     gate_max_wait_s=longest + 60)
+    plan = Plan(
+        mode="check", lang=lang, task=task.name, arch=arch.name, device="cuda", gpu_index=gpu.get("index"),
+        gpu_minor=gpu.get("minor"),  # its /dev/nvidiaN: the jailed runners see that GPU only
+        hello={"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
+        readable=readable, seed_cache=str(backend.seed_cache(build) or ""),
+        own_cubins=backend.own_cubins(build, workdir / "own-cubins"), observer_library=library,
+        kernels_on_disk=backend.kernels_on_disk, jit_kernel_prefix=backend.jit_kernel_prefix,
+        jit_cache=backend.jit_cache,
+        hidden=[str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
+        build_kernels=[k.name for k in build.kernels],
+        build_kernel_stems=sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
+        build_modules=sorted({k.cubin for k in build.kernels if k.cubin}),  # its cubins / shared objects
+        trials=trials, timed_shape=shapes[0], memcheck_trials=memcheck_trials,
+        ncu_trials=[(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
+        timing=timing, peers=peers, call_timeout_s=options.check_timeout_s,
+        suite=suite,  # the judge times each of its shapes after the timed one (candidate, then vendor)
+    )
     ctx.held.append(gpu_mod.Exclusive(gpu).acquire())
     fresh = gpu_mod._from_nvml() or [gpu]
     verdict.fingerprint["gpu"] = next((g for g in fresh if g.get("index") == gpu.get("index")), gpu)
     verdict.fingerprint.update(shapes=shapes, trials=[[format_trial(t)] for t in trials], observer=library is not None,
                                observer_note=observer_note, isolation=verdict.isolation,
                                seeds={"base": seed, "timing": timing_seed})
-    ctx.spec, ctx.gpu = spec, gpu
+    ctx.plan, ctx.gpu = plan, gpu
     return True
 
 

@@ -3,7 +3,7 @@
 STAGES is the pipeline: `xlang eval` (xlang.profiler.evaluate.evaluate) and the agent loop (xlang.agent.runtime.
 assess, which compare and the Ray path go through) run it with run_stages(). The static stages (screen, build,
 census) run once per candidate, where it is built; the GPU stages run on a GPU of the architecture only
-(Context.start_gpu finds one and writes the judge's spec), each in a judge process of its own
+(Context.start_gpu finds one and writes the check's judge plan), each in a judge process of its own
 (xlang.profiler.stages.launch). A stage's failure is a (category, detail); the verdict is the first of them in
 xlang.verdict.STAGE_ORDER (evaluate.decide).
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from xlang import verdict as V
+from xlang.profiler.judge.plan import Plan
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages import build, census, check, memcheck, ncu, screen
 from xlang.profiler.stages.base import Failure, StageBase  # noqa: F401 - StageBase: what a stage subclasses
@@ -98,7 +99,7 @@ class Context:
     build: Any = None  # the BuildResult: given, or the build stage's
     build_dir: Path | None = None  # where the build stage builds (default workdir / "build")
     build_fn: Callable | None = None  # (code, lang, task, arch, shape, workdir=) -> BuildResult; None: build_candidate
-    start_gpu: Callable[[Job, Context], bool] | None = None  # finds the GPU, writes `spec`; False: none here
+    start_gpu: Callable[[Job, Context], bool] | None = None  # finds the GPU, writes `plan`; False: none here
     on_stage: Callable[[str], None] | None = None  # told each stage's name before it runs (progress displays)
     stage_seconds: dict = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(3))
@@ -107,7 +108,7 @@ class Context:
     done: dict = field(default_factory=dict)  # stage name -> Event, set when its work ended
     off_gpu: dict = field(default_factory=dict)  # stage name -> Event a stage may set once it has left the GPU
     reports: dict = field(default_factory=dict)  # stage name -> what its work left for its record
-    spec: dict | None = None  # the judge's spec (GPU stages)
+    plan: Plan | None = None  # the check's judge plan (start_gpu); each GPU stage's plan() derives its own
     gpu: dict | None = None
     gate: Any = None  # the check's TimingGate, when stages run beside it
     check_limit_s: float = 0.0
@@ -148,7 +149,7 @@ def run_stages(stages, job: Job, ctx: Context, static_failures=()) -> Result:
     for stage in stages:
         if stage.name in finished:
             continue
-        if stage.gpu and ctx.spec is None and not (ctx.start_gpu and ctx.start_gpu(job, ctx)):
+        if stage.gpu and ctx.plan is None and not (ctx.start_gpu and ctx.start_gpu(job, ctx)):
             return Result(static_kept, stopped=False, ran_gpu=False)
         if ctx.on_stage:
             ctx.on_stage(stage.name)
@@ -172,7 +173,7 @@ def run_stages(stages, job: Job, ctx: Context, static_failures=()) -> Result:
             failure = lead.result()
         failure = stage.record(job, ctx, failure)
         if failure and stage.stops:
-            return Result([failure] + gpu_kept + static_kept, stopped=True, ran_gpu=ctx.spec is not None)
+            return Result([failure] + gpu_kept + static_kept, stopped=True, ran_gpu=ctx.plan is not None)
         if failure:
             (gpu_kept if stage.gpu else static_kept).append(failure)
         if started and not side:
@@ -183,7 +184,7 @@ def run_stages(stages, job: Job, ctx: Context, static_failures=()) -> Result:
             if kept:
                 (gpu_kept if s.gpu else static_kept).append(kept)
             finished.add(s.name)
-    return Result(gpu_kept + static_kept, stopped=False, ran_gpu=ctx.spec is not None)
+    return Result(gpu_kept + static_kept, stopped=False, ran_gpu=ctx.plan is not None)
 
 
 def first(failures) -> Failure:
