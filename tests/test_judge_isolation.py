@@ -456,18 +456,18 @@ def test_without_a_snapshot_every_other_process_is_the_candidates_side():
 
 
 def test_process_start_time_names_one_process():
-    from xlang.profiler.judge.process import _started
+    from xlang.profiler.judge.process import process_started
 
-    mine = _started(os.getpid())
+    mine = process_started(os.getpid())
     assert mine is not None and mine.isdigit()
-    assert _started(os.getpid()) == mine
+    assert process_started(os.getpid()) == mine
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
-        assert _started(child.pid) is not None
+        assert process_started(child.pid) is not None
     finally:
         child.kill()
         child.wait()
-    assert _started(2 ** 22 + 12345) is None  # above pid_max: no such process
+    assert process_started(2 ** 22 + 12345) is None  # above pid_max: no such process
 
 
 # ---- a judge dies with its caller -------------------------------------------------------------------------
@@ -763,7 +763,7 @@ def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, 
     wrapper = tmp_path / "cpu_judge.py"
     wrapper.write_text(_CPU_JUDGE.format(slots=SLOTS, build=str(build), load=str(load)))
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
     monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file

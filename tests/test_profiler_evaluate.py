@@ -150,7 +150,7 @@ def _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch):
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
     monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file

@@ -299,7 +299,7 @@ def _evaluate_with_a_stranger(tmp_path, monkeypatch, candidate: str, stranger_on
     wrapper = tmp_path / "judge_on_cpu.py"
     wrapper.write_text(JUDGE_ON_CPU)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": slot, "name": "Stand-in", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file

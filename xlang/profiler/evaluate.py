@@ -232,7 +232,7 @@ def start_gpu(job: Job, ctx: Context) -> bool:
         suite=suite,  # the judge times each of its shapes after the timed one (candidate, then vendor)
     )
     ctx.held.append(gpu_mod.Exclusive(gpu).acquire())
-    fresh = gpu_mod._from_nvml() or [gpu]
+    fresh = gpu_mod.from_nvml() or [gpu]
     record_gpu_start(verdict, isolation_level(), next((g for g in fresh if g.get("index") == gpu.get("index")), gpu),
                      shapes=shapes, trials=[[format_trial(t)] for t in trials], observer=library is not None,
                      observer_note=observer_note, seeds={"base": seed, "timing": timing_seed})

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xlang.profiler.gpuwatch import GPU_NOT_ALONE, _started, compute_processes  # one copy, shared with the GPU watch
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE, process_started, compute_processes  # one copy, shared with the GPU watch
 from xlang.profiler.judge.plan import Plan
 
 
@@ -69,7 +69,7 @@ class Runner:
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
         from xlang.backend import jit_env
-        from xlang.children import _Tail
+        from xlang.children import OutputTail
         from xlang.sandbox import Jail, child_env
         from xlang.untrusted import copy_untrusted_tree
 
@@ -121,7 +121,7 @@ class Runner:
         child.close()
         if observer is not None:
             observer.start()
-        self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
+        self.out, self.err = OutputTail(self.proc.stdout, 64 << 10), OutputTail(self.proc.stderr, 64 << 10)
         self.started = time.monotonic()
         self.load_timeout_s = float(plan.load_timeout_s)
         if hello is not None:
@@ -399,7 +399,7 @@ def process_names(pids) -> str:
 def gpu_tenants(index: int = 0) -> dict[int, str | None] | None:
     """{pid: start time} of the processes holding the GPU now (None without NVML)."""
     pids = compute_processes(index)
-    return None if pids is None else {p: _started(p) for p in pids}
+    return None if pids is None else {p: process_started(p) for p in pids}
 
 
 def foreign_gpu_work(before: dict | None, after: dict | None, me: int) -> tuple[list[int], list[int]]:

@@ -60,9 +60,9 @@ def wait_at_gate(timing: TimingPlan, progress) -> bool:
 def gpu_clocks(nvml_index) -> dict:
     """The GPU as NVML sees it (clocks, temperature) right after the timed repetitions: read before them, an
     idle GPU reports its idle clock."""
-    from xlang.profiler.gpu import _from_nvml
+    from xlang.profiler.gpu import from_nvml
 
-    return next((g for g in _from_nvml() or () if g.get("index") == nvml_index), {})
+    return next((g for g in from_nvml() or () if g.get("index") == nvml_index), {})
 
 
 def _call_timeout(state, deadline: float | None) -> float:

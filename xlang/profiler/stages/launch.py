@@ -82,7 +82,7 @@ def _fresh_folder(workdir: Path, name: str) -> Path:
     raise RuntimeError(f"no fresh folder for stage {name} in {workdir}")
 
 
-def _tail(text: str, lines: int = 15, chars: int = 2500) -> str:
+def last_lines(text: str, lines: int = 15, chars: int = 2500) -> str:
     kept = [ln for ln in text.strip().splitlines() if ln.strip()][-lines:]
     return "\n".join(kept)[-chars:]
 
@@ -99,7 +99,7 @@ def stage_failure(stage: str, run: StageRun, timeout: float) -> tuple[str, str] 
     if run.result is None:
         sig = run.child.crashed_by_signal
         how = f"killed by {sig}" if sig else f"exit code {run.child.returncode}"
-        err = _tail(run.child.stderr or run.child.stdout)
+        err = last_lines(run.child.stderr or run.child.stdout)
         return V.RUNTIME_ERROR, (f"the {stage} stage's judge died ({how}) during: {run.last_step}"
                                  + (f"\n{err}" if err else ""))
     status = run.result.status

@@ -20,7 +20,7 @@ from xlang.profiler.stages.base import Failure, GpuStage, take_output
 from xlang.profiler.stages.census import narrow_accumulate_detail
 from xlang.profiler.gpuwatch import GPU_NOT_ALONE
 from xlang.profiler.judge.observed import UTILITY_KERNEL
-from xlang.profiler.stages.launch import _tail, run_stage, stage_env, stage_failure
+from xlang.profiler.stages.launch import last_lines, run_stage, stage_env, stage_failure
 from xlang.toolchain import find_tool
 from xlang.untrusted import write_new
 
@@ -81,7 +81,7 @@ def ncu_stage(plan: Plan, workdir: Path, options: EvalOptions, gpu: dict, arch, 
                                       "be shown to execute (the contract: launch on the calling thread)")
     if not profiles:
         judged = stage_failure("ncu", run, options.ncu_timeout_s) if run else None
-        why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
+        why = judged[1] if judged else last_lines(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.HARNESS_ERROR) \
             else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
