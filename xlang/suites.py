@@ -208,7 +208,7 @@ def suite_result(task, suite: dict, candidate: list[dict], baseline: list[dict],
                            roofline_floor_ms(task, s["shape"], figures))
               for i, s in enumerate(suite["shapes"])]
     for i, record in enumerate(shapes):
-        # What the timed calls showed of a host round trip (judge.host_evidence), kept as evidence, as for the timed
+        # What the timed calls showed of a host round trip (judge/observed.py host_evidence), kept as evidence, as for the timed
         # shape: Nsight Compute's GPU-FLOPs floor (host_compute) is measured at the timed shape only.
         record["candidate_host"] = (candidate[i] if i < len(candidate) else {}).get("host")
     return {"name": suite["name"], "title": suite.get("title", ""), "source": suite.get("source", ""),

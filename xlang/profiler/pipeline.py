@@ -272,7 +272,7 @@ def record_build_resources(verdict: V.Verdict, build: dict, resources: list) -> 
 
 
 def host_evidence_text(verdict: V.Verdict) -> str:
-    """What the observed calls showed of a host round trip (judge.host_evidence), for a host_compute detail."""
+    """What the observed calls showed of a host round trip (judge/observed.py host_evidence), for a host_compute detail."""
     parts = []
     for where, ev in (("the correctness trials", (verdict.correctness or {}).get("host")),
                       ("the timed calls", (verdict.timing or {}).get("candidate_host"))):

@@ -116,8 +116,10 @@ class Plan:
     parent_pid: int | None = None
 
     def __post_init__(self):
-        if isinstance(self.timing, dict):
+        if not isinstance(self.timing, TimingPlan):
             self.timing = _strict(TimingPlan, self.timing, "plan.timing")
+        if not isinstance(self.peers, list):
+            raise PlanError(f"plan.peers: a JSON array was expected, not {type(self.peers).__name__}")
         self.peers = [p if isinstance(p, PeerPlan) else _strict(PeerPlan, p, "plan.peers[]") for p in self.peers]
 
     def to_dict(self) -> dict:
