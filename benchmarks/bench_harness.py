@@ -38,7 +38,7 @@ def do_bench_cublas(shape: dict, seed: int = 1) -> float:
     return ms
 
 
-# The judge's progress lines (xlang/profiler/judge.py and its stages, xlang/profiler/stages/) that open each phase
+# The judge's progress lines (xlang/profiler/judge/) that open each phase
 # of a stage, in order ("startup": the judge's torch and CUDA start and the wait until the candidate's process has
 # loaded it).
 PHASES = (("spawn", "start the candidate's process"), ("startup", "import torch"), ("trials", "trial 0"),

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
 TASKS = ("gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4")

@@ -8,7 +8,7 @@ evaluation draws them, every input kind, fresh seeds (printed): the task's basel
 _scaled_mm, cuBLASLt 1x128 / 128x128, with use_fast_accum off and on where cuBLASLt takes it), and the fp8 tensor
 core promoted per scale block as DeepGEMM does (one torch._scaled_mm per K block, unit scales, fp32 out, each
 partial times its scales added to an fp32 accumulator in torch: 128-wide blocks for 1d2d, 32-wide for MXFP8, the path
-Hopper kernels must take). Each is judged as the judge does (xlang.profiler.stages.check.compare_output with the
+Hopper kernels must take). Each is judged as the judge does (xlang.profiler.judge.verify.compare_output with the
 task's atol, rtol and Task.error_bound): worst |err| / allowed and the count outside, under the new rule and the old
 (atol / rtol alone). A ratio of 1 or more fails; honest hardware should sit at 0.5 or less. Details as JSON under
 $OUT (block_scaled_tolerance.json) when OUT is set. The experts are judged by `xlang eval` itself.
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
 TASKS = ("gemm_fp8_blockscale", "gemm_mxfp8", "gemm_nvfp4")

@@ -5,7 +5,7 @@ Q K^T, P rounded to bf16 for P@V) passes every forward kind with margin; one tha
 ...F16) fails the large_v kind, one that accumulates Q K^T in fp16 fails the large kind, one without the max
 subtraction fails the large kind. For the backward, an fp16 accumulator of dP = dO V^T fails the scaled kind. The
 LSE is checked absolutely: an LSE ~10% off in its normaliser (0.095) fails at S = 8191, where the old relative
-tolerance let it pass. The rule is the judge's own (xlang.profiler.stages.check.verify).
+tolerance let it pass. The rule is the judge's own (xlang.profiler.judge.verify.verify).
 """
 
 import importlib.util
@@ -140,7 +140,9 @@ def test_an_lse_off_by_a_tenth_of_its_normaliser_fails_at_long_sequences():
     """S = 8191, N(0, 1): LSE ~ 9.5. An LSE from an estimate ~10% off in its normaliser is 0.095 off: the old
     relative 1e-2 allowed that (0.095 < 1e-2 + 1e-2 * 9.5); the LSE tolerance does not. The honest emulation's LSE on
     sampled rows of the same inputs is inside it with a margin of over 100x."""
-    from xlang.profiler.stages.check import Outcome, verify
+    from plans import state
+
+    from xlang.profiler.judge.verify import Outcome, verify
 
     task = get_task("attn_fwd")
     shape = {"B": 1, "H": 1, "HKV": 1, "S": 8191, "D": 64}
@@ -150,8 +152,8 @@ def test_an_lse_off_by_a_tenth_of_its_normaliser_fails_at_long_sequences():
     assert float((off - ref["LSE"]).abs().max()) < 1e-2 + 1e-2 * float(ref["LSE"].abs().min())  # the old rule
     outputs = {"O": ref["O"].to(torch.bfloat16), "LSE": off}
     with pytest.raises(Outcome, match="LSE: 8191 of 8191 elements outside atol=0.001"):
-        verify({"task": task}, _Call(shape, x, outputs), dict(x), "test")
-    assert verify({"task": task}, _Call(shape, x, {"O": outputs["O"], "LSE": ref["LSE"]}), dict(x), "test")
+        verify(state(task), _Call(shape, x, outputs), dict(x), "test")
+    assert verify(state(task), _Call(shape, x, {"O": outputs["O"], "LSE": ref["LSE"]}), dict(x), "test")
     rows = torch.arange(0, 8191, 97)
     q, k, v = emu.expanded(x, shape)
     _, lse = emu.forward(q, k, v, rows=rows)

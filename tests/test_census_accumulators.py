@@ -101,12 +101,14 @@ def test_an_executed_fp16_accumulator_is_incorrect_under_nsight_compute():
     """The H200 profile of the Triton GEMM with its HGMMA rewritten to an fp16 accumulator (as a kernel its JIT
     compiled at run time, which the static census never saw, would show): incorrect, from the ncu stage."""
     from xlang.profiler import ncu
+    from plans import plan
+
     from xlang.profiler.stages.ncu import ncu_judgement
     from xlang.task import get_task
 
     (profile,) = ncu.parse_source_page(gzip.open(FIX / "profiler" / "triton-gemm_tma.ncu_source.csv.gz", "rt").read())
-    spec = {"build_kernels": ["gemm_kernel"], "kernels_on_disk": False, "build_modules": [],
-            "ncu_trials": [[{"M": 8192, "N": 7168, "K": 5120}, "normal", 1]]}
+    spec = plan(mode="ncu", build_kernels=["gemm_kernel"], kernels_on_disk=False, build_modules=[],
+                trials=[[{"M": 8192, "N": 7168, "K": 5120}, "normal", 1]])
     info, judged = ncu_judgement({}, [profile], spec, get_arch("h200"), ("wgmma", "tma"), get_task("gemm"))
     assert judged is None and info["narrow_accumulate"] == []
     lines = [dataclasses.replace(ln, opcode=ln.opcode.replace(".F32.BF16", ".F16"),

@@ -20,6 +20,7 @@ from xlang import resources, sandbox, untrusted
 from xlang.archs import get_arch
 from xlang.backend import build_candidate
 from xlang.profiler.evaluate import EvalOptions, evaluate
+from xlang.profiler.judge.plan import Plan
 from xlang.profiler.stages.launch import run_stage
 from xlang.task import get_task
 
@@ -133,7 +134,7 @@ def _tool_stage(tmp_path, tool_args: list[str], marker: str):
             "gpu_index": 37}  # uids of a slot no other test on a shared box uses (kill_uid ends a stage's uids)
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
-    return run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 180, env={"XLANG_CACHE": str(tmp_path / "c")})
+    return run_stage(Plan.from_dict({**spec, "mode": "memcheck"}), work, "memcheck", 180, env={"XLANG_CACHE": str(tmp_path / "c")})
 
 
 @needs_jail
@@ -141,9 +142,9 @@ def test_a_tool_stage_runs_in_the_full_jail_and_leaves_no_marker(tmp_path):
     marker = f"xlang-marker-{uuid.uuid4().hex[:8]}"
     try:
         run = _tool_stage(tmp_path, [], marker)
-        assert run.result["status"] == "ok", run.result
-        assert run.result["isolation"] == "bwrap+uid"
-        assert run.result["jail_ladder"] == [{"variant": "all", "ok": True, "why": "ok"}]
+        assert run.result.status == "ok", run.result
+        assert run.result.isolation == "bwrap+uid"
+        assert run.result.jail_ladder == [{"variant": "all", "ok": True, "why": "ok"}]
         assert "ERROR SUMMARY: 0 errors" in (run.stage_dir / "tool.log").read_text()
         assert not Path("/dev/shm", marker).exists() and not Path("/tmp", marker).exists()
     finally:
@@ -159,9 +160,9 @@ def test_a_tool_that_fails_in_a_pid_namespace_gets_the_next_variant(tmp_path):
     marker = f"xlang-marker-{uuid.uuid4().hex[:8]}"
     try:
         run = _tool_stage(tmp_path, ["--host-pidns", os.readlink("/proc/self/ns/pid")], marker)
-        assert run.result["status"] == "ok", run.result
-        assert run.result["isolation"] == "bwrap+uid (no PID namespace)"
-        ladder = run.result["jail_ladder"]
+        assert run.result.status == "ok", run.result
+        assert run.result.isolation == "bwrap+uid (no PID namespace)"
+        ladder = run.result.jail_ladder
         assert [t["variant"] for t in ladder] == ["all", "no-pid"] and [t["ok"] for t in ladder] == [False, True]
         assert "before first instrumented API call" in ladder[0]["why"]
         assert not Path("/dev/shm", marker).exists() and not Path("/tmp", marker).exists()

@@ -71,7 +71,7 @@ def test_the_hopper_expert_on_the_gpu_matches_the_reference_and_its_model(shape)
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl not installed")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("needs a Hopper GPU (sm_90a)")
-    from xlang.profiler.stages.check import compare_output
+    from xlang.profiler.judge.verify import compare_output
     from xlang.task import get_task
 
     task = get_task("gemm_fp8_blockscale")

@@ -39,7 +39,7 @@ _INTERPRET = INTERPRETER_SHIM + r'''
 import json
 
 from xlang.candidate import load_module
-from xlang.profiler.stages.check import compare_output
+from xlang.profiler.judge.verify import compare_output
 from xlang.task import get_task
 
 task = get_task("gemm_fp8_blockscale")

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 from xlang.archs import get_arch  # noqa: E402
 from xlang.backend import build_candidate  # noqa: E402
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
 TASK = get_task("gemm_mxfp8")

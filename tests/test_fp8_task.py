@@ -1,7 +1,7 @@
 """gemm_fp8_blockscale (issue 34) on CPU: the reference against a slow per-block dequantise-then-matmul, scales drawn
 non-trivially, drawn shapes with tails, and the tolerance: an honest 1d2d kernel (benchmarks/fp8_blockscale_precision.py)
 passes every input kind, and kernels that ignore, average or misplace the scales, or accumulate in bf16, fail. The rule
-is the judge's own (xlang.profiler.stages.check.compare_output)."""
+is the judge's own (xlang.profiler.judge.verify.compare_output)."""
 
 import importlib.util
 import random
@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +174,7 @@ def test_every_language_renders_the_task_at_every_docs_level(arch_name):
 
 def test_the_judges_rule_adds_the_bound_and_says_so():
     # compare_output: |got - ref| <= atol + rtol |ref| + bound per element; the failure text names the bound's rule
-    from xlang.profiler.stages.check import describe_failure
+    from xlang.profiler.judge.verify import describe_failure
 
     ref = torch.tensor([0.0, 100.0, 0.0])
     got = torch.tensor([0.5, 100.5, 0.005])

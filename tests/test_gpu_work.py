@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from plans import plan
 
 from xlang import verdict as V
 from xlang.archs import families, get_arch
@@ -54,7 +55,7 @@ def _summary(lines, task_flops=TASK_FLOPS, arch=H200, name="gemm_kernel") -> dic
 def _judge(lines, task="gemm", shape=GEMM, name="gemm_kernel"):
     from xlang.profiler.stages.ncu import ncu_judgement
 
-    spec = {"build_kernels": [name], "ncu_trials": [[shape, "normal", 1]]}
+    spec = plan(mode="ncu", build_kernels=[name], trials=[[shape, "normal", 1]])  # Ncu.plan: its trials
     t = get_task(task)
     return ncu_judgement({}, [ncu.KernelProfile(name=name, lines=list(lines))], spec, H200,
                          t.required_for(H200), t)
@@ -195,8 +196,8 @@ def test_an_honest_fma_gemm_computed_on_the_gpu(label, tmp_path):
         build = build_candidate(source.read_text(), "cuda_ptx", get_task("gemm"), get_arch("h100"), shape,
                                 cache=False, workdir=tmp_path / "build")
         assert build.ok, build.error
-        spec = {"build_kernels": [k.name for k in build.kernels], "build_modules": sorted({k.cubin for k in build.kernels}),
-                "ncu_trials": [[shape, "normal", 1]]}
+        spec = plan(mode="ncu", build_kernels=[k.name for k in build.kernels],
+                    build_modules=sorted({k.cubin for k in build.kernels}), trials=[[shape, "normal", 1]])
         info, judged = ncu_judgement({}, profiles, spec, H200, ("wgmma", "tma"), get_task("gemm"))
         assert judged[0] == V.NOT_EXECUTED and info["gpu_compute"]["status"] == "ok"
 
@@ -239,7 +240,7 @@ def test_copies_are_labelled_with_direction_and_bytes():
 
 
 def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu():
-    from xlang.profiler.stages.check import call_evidence, host_evidence
+    from xlang.profiler.judge.observed import call_evidence, host_evidence
     from xlang.profiler.observer_records import CopyRecord, KernelRecord
 
     mb = 1 << 20
@@ -253,7 +254,7 @@ def test_host_evidence_flags_input_sized_copies_and_host_time_far_above_the_gpu(
     honest = call_evidence([], 10.2, 10.0, 64 * mb, True)
     ev = host_evidence([host, honest])
     assert ev["input_sized_dtoh_calls"] == 1 and ev["dtoh_bytes"] == 64 * mb and ev["cpu_far_above_gpu_calls"] == 1
-    from xlang.profiler.stages.check import HOST_CPU_MIN_MS
+    from xlang.profiler.judge.observed import HOST_CPU_MIN_MS
 
     tick = call_evidence(records, 110.0, 100.0, 64 * mb, True)  # one clock tick of a 20 us call: rounding, not work
     assert HOST_CPU_MIN_MS >= 50.0 and host_evidence([tick])["cpu_far_above_gpu_calls"] == 0
@@ -336,7 +337,7 @@ def test_eval_output_and_the_ok_detail_say_where_the_math_was_done():
 def test_host_cpu_time_of_a_jail_uid_is_read_from_proc():
     import time
 
-    from xlang.profiler.stages.check import process_cpu_ms
+    from xlang.profiler.judge.observed import process_cpu_ms
     from xlang.sandbox import CANDIDATE_UID_BASE, kill_uid
 
     uid = CANDIDATE_UID_BASE + 999  # a slot no stage uses (4 per GPU)

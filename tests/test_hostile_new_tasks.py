@@ -20,7 +20,7 @@ HOSTILE = ROOT / "tests" / "kernels" / "hostile"
 _CHILD = INTERPRETER_SHIM + r'''
 import json
 from xlang.candidate import allocate_outputs, arguments, load_module
-from xlang.profiler.stages.check import compare_output
+from xlang.profiler.judge.verify import compare_output
 from xlang.task import get_task
 
 task = get_task(sys.argv[2])

@@ -116,3 +116,20 @@ def test_the_jails_imports_stay_inside_the_runner_package():
             todo.extend(graph[module])
     outside = sorted(m for m in seen if set(m.split(".")) & _RUNNER_SKIP)
     assert "xlang.backend" in seen and not outside, outside
+
+
+def test_the_judge_imports_nothing_of_the_parents_side():
+    """xlang/profiler/judge/ is what runs in the judge process: it reaches (at any depth) no stage module, no
+    pipeline, no evaluate. The parent imports down into it, never the other way (issue 48)."""
+    graph = import_graph()
+    judge = [m for m in graph if m == "xlang.profiler.judge" or m.startswith("xlang.profiler.judge.")]
+    assert "xlang.profiler.judge.main" in judge and "xlang.profiler.judge.plan" in judge
+    seen, todo = set(), list(judge)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    up = sorted(m for m in seen if m.startswith("xlang.profiler.stages") or m in (
+        "xlang.profiler.pipeline", "xlang.profiler.evaluate", "xlang.profiler.commands"))
+    assert not up, up

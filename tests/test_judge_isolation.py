@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from plans import plan
 
+from xlang.profiler.judge.plan import Plan
 from xlang.profiler.stages.launch import run_stage
 from xlang.sandbox import level
 from xlang.task import get_task
@@ -38,21 +40,21 @@ def _check(tmp_path, candidate: str, shapes=None, env=None, runner_env=None):
             "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}}
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
-    return run_stage({**spec, "mode": "check"}, work, "check", 120, env=env)
+    return run_stage(plan(**{**spec, "mode": "check"}), work, "check", 120, env=env)
 
 
 def test_honest_cpu_candidate_is_correct(tmp_path):
     run = _check(tmp_path, "cpu_gemm_honest.py")
-    assert run.result["status"] == "ok", run.result
-    assert run.result["correctness"]["passed"] and run.result["correctness"]["trials"] >= 2
+    assert run.result.status == "ok", run.result
+    assert run.result.correctness["passed"] and run.result.correctness["trials"] >= 2
 
 
 def test_tampering_candidate_reaches_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("XLANG_TEST_API_KEY", SECRET)
     before = {p: p.read_bytes() for p in Path("xlang").glob("*.py")}
     run = _check(tmp_path, "cpu_gemm_tamper.py")
-    assert run.result["status"] == "runtime_error"  # it raised; its own message is all it could say
-    detail = run.result["detail"]
+    assert run.result.status == "runtime_error"  # it raised; its own message is all it could say
+    detail = run.result.detail
     assert SECRET not in detail and SECRET not in run.child.stdout + run.child.stderr
     if level() != "process":
         # It found nothing to read or write: no /proc of ours, no writable file of ours, no signal to us.
@@ -65,7 +67,7 @@ def test_survivor_does_not_outlive_the_stage(tmp_path):
     if level() == "process":
         pytest.skip("without a PID namespace a double-forked survivor can escape (isolation level 'process')")
     run = _check(tmp_path, "cpu_gemm_survivor.py")
-    assert run.result["status"] == "ok", run.result
+    assert run.result.status == "ok", run.result
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "xlang-survivor-marker-7f3a"], capture_output=True, text=True).stdout
     assert not left.strip(), f"survivor processes: {left}"
@@ -76,7 +78,7 @@ def test_then_an_honest_candidate_is_judged_as_before(tmp_path):
     (tmp_path / "b").mkdir()
     _check(tmp_path / "a", "cpu_gemm_tamper.py")
     run = _check(tmp_path / "b", "cpu_gemm_honest.py")
-    assert run.result["status"] == "ok", run.result
+    assert run.result.status == "ok", run.result
 
 
 def test_isolation_level_is_the_strongest_here():
@@ -99,9 +101,9 @@ def test_tool_stage_output_reaches_the_judge_only_through_its_channels(tmp_path)
             "readable": [str(build)], "trials": [(shape, "normal", 3)], "timing": {"enabled": False}}
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
-    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
-    assert run.result["status"] == "ok", run.result
-    assert run.result["runner_exit"] == 0
+    run = run_stage(plan(**{**spec, "mode": "memcheck"}), work, "memcheck", 120)
+    assert run.result.status == "ok", run.result
+    assert run.result.runner_exit == 0
     assert "ERROR SUMMARY: 0 errors" in (work / "memcheck" / "tool.log").read_text()
     assert (work / "memcheck" / "report.ncu-rep").read_text() == "report\n"
 
@@ -125,8 +127,8 @@ def test_tool_stage_ends_with_a_survivor_left_below_the_tool(tmp_path):
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
     t0 = time.monotonic()
-    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
-    assert run.result["status"] == "ok", run.result
+    run = run_stage(plan(**{**spec, "mode": "memcheck"}), work, "memcheck", 120)
+    assert run.result.status == "ok", run.result
     assert time.monotonic() - t0 < 50  # the 15 s grace, not the 60 s the tool was given
     assert "ERROR SUMMARY: 0 errors" in (work / "memcheck" / "tool.log").read_text()
     left = subprocess.run(["pgrep", "-f", "xlang-survivor-marker-7f3a"], capture_output=True, text=True).stdout
@@ -139,7 +141,7 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
     never the tool, nor a program the tool itself runs below it."""
     import shutil as _shutil
 
-    from xlang.profiler.stages.process import _kill_all_but_the_tool
+    from xlang.profiler.judge.process import _kill_all_but_the_tool
     from xlang.sandbox import uid_for_slot, uid_processes
 
     if os.geteuid() != 0 or not _shutil.which("setpriv"):
@@ -194,9 +196,9 @@ def test_a_tool_that_dies_ends_the_stage_at_once(tmp_path):
     work.mkdir(mode=0o700)
     t0 = time.monotonic()
     try:
-        run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
-        assert run.result["status"] == "runtime_error", run.result
-        assert "the tool it runs under) is gone" in run.result["detail"]
+        run = run_stage(plan(**{**spec, "mode": "memcheck"}), work, "memcheck", 120)
+        assert run.result.status == "runtime_error", run.result
+        assert "the tool it runs under) is gone" in run.result.detail
         assert time.monotonic() - t0 < 60
     finally:
         if pidfile.is_file():
@@ -215,12 +217,12 @@ def _kernel(name: str, module: str):
 
 
 def _provenance(tmp_path, lang="cuda_ptx", own=b"our cubin", built=("gemm_tc",)):
-    from xlang.profiler.stages.check import Provenance
+    from xlang.profiler.judge.observed import Provenance
 
     cubin = tmp_path / "own.cubin"
     cubin.write_bytes(own)
-    return Provenance({"lang": lang, "own_cubins": [str(cubin)], "build_kernels": list(built),
-                       "jit_cache": ".triton" if lang in ("triton", "gluon") else None}, tmp_path / "home")
+    return Provenance(plan(**{"lang": lang, "own_cubins": [str(cubin)], "build_kernels": list(built),
+                       "jit_cache": ".triton" if lang in ("triton", "gluon") else None}), tmp_path / "home")
 
 
 def test_provenance_accepts_own_modules_and_torch_utilities(tmp_path):
@@ -233,7 +235,7 @@ def test_provenance_accepts_own_modules_and_torch_utilities(tmp_path):
 
 
 def test_provenance_rejects_vendor_and_foreign_kernels(tmp_path):
-    from xlang.profiler.stages.process import Outcome
+    from xlang.profiler.judge.process import Outcome
 
     prov = _provenance(tmp_path)
     for kernel in (_kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cd" * 32),  # cuBLAS by name
@@ -247,11 +249,11 @@ def test_provenance_rejects_vendor_and_foreign_kernels(tmp_path):
 def test_provenance_reads_a_cutedsl_name_after_the_jits_own_prefix(tmp_path):
     """CuTe DSL names every kernel kernel_cutlass_<function>_<static arguments>_<n>, so another drawn shape gives a
     name the build never compiled: the DSL's own 'cutlass' is not a vendor's, but the rest is still screened."""
-    from xlang.profiler.stages.check import Outcome, Provenance
+    from xlang.profiler.judge.observed import Outcome, Provenance
 
     spec = {"lang": "cutedsl", "own_cubins": [], "kernels_on_disk": False, "jit_kernel_prefix": "kernel_cutlass_",
             "build_kernels": ["kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o128i64div1281281_2"]}
-    prov = Provenance(spec, tmp_path / "home")
+    prov = Provenance(plan(**spec), tmp_path / "home")
     prov.vet([_kernel("kernel_cutlass__dq_kernel_tensorptrbf16gmemalign16o64i64div64641_2", "ab" * 32)])
     for name in ("kernel_cutlass_kernel_quackgemm_sm90GemmSm90_object_at_0", "kernel_cutlass_FlashAttnFwd_1",
                  "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "cutlass3x_sm90_tensorop_gemm_bf16"):
@@ -259,7 +261,7 @@ def test_provenance_reads_a_cutedsl_name_after_the_jits_own_prefix(tmp_path):
             prov.vet([_kernel(name, "cd" * 32)])
         assert e.value.status == "forbidden_call", name
     # the candidate's own kernel function may be called gemm_kernel: after its stem only the arguments are read
-    stems = Provenance({**spec, "build_kernel_stems": ["kernel_cutlass_gemm_kernel_"]}, tmp_path / "home")
+    stems = Provenance(plan(**spec, build_kernel_stems=["kernel_cutlass_gemm_kernel_"]), tmp_path / "home")
     stems.vet([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
     with pytest.raises(Outcome):  # without that stem the name is screened after the prefix
         prov.vet([_kernel("kernel_cutlass_gemm_kernel_tensorptrbf16gmemalign16o1000_0", "ab" * 32)])
@@ -267,11 +269,11 @@ def test_provenance_reads_a_cutedsl_name_after_the_jits_own_prefix(tmp_path):
         stems.vet([_kernel("kernel_cutlass_gemm_kernel_quackgemm_sm90GemmSm90_object_at__0", "ab" * 32)])
     # a library kernel the candidate's code JIT-compiled at build time is built, and still screened
     lib = "kernel_cutlass_kernel_quackgemm_sm90GemmSm90_object_at__0"
-    built_lib = Provenance({**spec, "build_kernels": [lib]}, tmp_path / "home")
+    built_lib = Provenance(plan(**{**spec, "build_kernels": [lib]}), tmp_path / "home")
     with pytest.raises(Outcome):
         built_lib.vet([_kernel(lib, "ab" * 32)])
     # a language that keeps its kernels on disk is never read after a prefix
-    strict = Provenance({**spec, "kernels_on_disk": True}, tmp_path / "home")
+    strict = Provenance(plan(**{**spec, "kernels_on_disk": True}), tmp_path / "home")
     with pytest.raises(Outcome):
         strict.vet([_kernel("kernel_cutlass__dq_kernel_x", "cd" * 32)])
 
@@ -295,7 +297,7 @@ def test_a_kernel_of_another_toolchain_is_not_the_languages_own(tmp_path):
     PTX through cuda-python, ran another language's kernels, whatever they are named."""
     import hashlib
 
-    from xlang.profiler.stages.check import Outcome, Provenance
+    from xlang.profiler.judge.observed import Outcome, Provenance
 
     jit = tmp_path / "home" / ".triton" / "abc"
     jit.mkdir(parents=True)
@@ -307,7 +309,7 @@ def test_a_kernel_of_another_toolchain_is_not_the_languages_own(tmp_path):
     cutedsl = {"lang": "cutedsl", "own_cubins": [], "kernels_on_disk": False, "jit_kernel_prefix": "kernel_cutlass_",
                "jit_cache": None, "build_kernels": ["kernel_cutlass__gemm_kernel_t_0"],
                "build_kernel_stems": ["kernel_cutlass__gemm_kernel_"]}
-    prov = Provenance(cutedsl, tmp_path / "home")
+    prov = Provenance(plan(**cutedsl), tmp_path / "home")
     for name, module in (("matmul_kernel", triton_module), ("fma_ptx_tile", "ab" * 32)):
         with pytest.raises(Outcome) as e:
             prov.vet([_kernel(name, module)])
@@ -347,7 +349,7 @@ def test_own_kernels_of_a_call_are_those_of_the_candidates_modules(tmp_path):
 def test_flooding_and_pipe_holding_candidate_is_bounded(tmp_path):
     start = time.monotonic()
     run = _check(tmp_path, "cpu_gemm_flood.py")
-    assert run.result["status"] == "ok", run.result
+    assert run.result.status == "ok", run.result
     assert time.monotonic() - start < 90
     assert len(run.child.stdout) + len(run.child.stderr) < 2 << 20  # what is kept of the output is bounded
 
@@ -431,7 +433,7 @@ def test_the_candidates_jail_hides_the_peers_libraries(monkeypatch, tmp_path):
 def test_gpu_tenants_from_before_the_candidate_are_the_environments():
     """A process that held the GPU before the candidate's runner started (same PID, same start time) cannot be
     the candidate's: the run is not judged (harness_error), and the candidate is not blamed."""
-    from xlang.profiler.stages.process import foreign_gpu_work
+    from xlang.profiler.judge.process import foreign_gpu_work
 
     me = 100
     before = {100: "5", 200: "7"}
@@ -441,31 +443,31 @@ def test_gpu_tenants_from_before_the_candidate_are_the_environments():
 
 def test_a_reused_pid_is_not_the_environments():
     """The same PID with another start time is a new process: it counts against the candidate."""
-    from xlang.profiler.stages.process import foreign_gpu_work
+    from xlang.profiler.judge.process import foreign_gpu_work
 
     assert foreign_gpu_work({200: "7"}, {200: "8", 300: "9"}, me=1) == ([], [200, 300])
 
 
 def test_without_a_snapshot_every_other_process_is_the_candidates_side():
-    from xlang.profiler.stages.process import foreign_gpu_work
+    from xlang.profiler.judge.process import foreign_gpu_work
 
     assert foreign_gpu_work(None, {1: "1", 300: "9"}, me=1) == ([], [300])
     assert foreign_gpu_work({2: "3"}, None, me=1) == ([], [])
 
 
 def test_process_start_time_names_one_process():
-    from xlang.profiler.stages.process import _started
+    from xlang.profiler.judge.process import process_started
 
-    mine = _started(os.getpid())
+    mine = process_started(os.getpid())
     assert mine is not None and mine.isdigit()
-    assert _started(os.getpid()) == mine
+    assert process_started(os.getpid()) == mine
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
-        assert _started(child.pid) is not None
+        assert process_started(child.pid) is not None
     finally:
         child.kill()
         child.wait()
-    assert _started(2 ** 22 + 12345) is None  # above pid_max: no such process
+    assert process_started(2 ** 22 + 12345) is None  # above pid_max: no such process
 
 
 # ---- a judge dies with its caller -------------------------------------------------------------------------
@@ -513,9 +515,9 @@ def test_an_access_just_outside_a_buffer_is_a_memory_error(tmp_path, how):
     pages, so both ends of every buffer meet a guard."""
     run = _check(tmp_path, "cpu_gemm_out_of_bounds.py", shapes=[{"M": 64, "N": 64, "K": 64}],
                  runner_env={"XLANG_TEST_OOB": how})
-    assert run.result["status"] == "memory_error", run.result
-    assert "SIGSEGV" in run.result["detail"] and "guard" in run.result["detail"]
-    assert "correctness" not in run.result
+    assert run.result.status == "memory_error", run.result
+    assert "SIGSEGV" in run.result.detail and "guard" in run.result.detail
+    assert run.result.correctness is None
 
 
 def test_a_write_into_the_slack_before_a_buffer_damages_its_canary(tmp_path):
@@ -523,8 +525,8 @@ def test_a_write_into_the_slack_before_a_buffer_damages_its_canary(tmp_path):
     canaries, checked after every call."""
     run = _check(tmp_path, "cpu_gemm_out_of_bounds.py", shapes=[{"M": 40, "N": 48, "K": 56}],
                  runner_env={"XLANG_TEST_OOB": "write-before:C"})
-    assert run.result["status"] == "memory_error", run.result
-    assert "wrote outside C" in run.result["detail"] and "up to 2 bytes before its start" in run.result["detail"]
+    assert run.result.status == "memory_error", run.result
+    assert "wrote outside C" in run.result.detail and "up to 2 bytes before its start" in run.result.detail
 
 
 def test_the_buffer_layout_ends_flush_and_starts_after_a_guard():
@@ -548,7 +550,7 @@ HELPER_MARKER = b"xlang-gpu-helper-5c1e"
 def _judge_here(tmp_path, candidate: str, mode: str = "check", runner_env=None, tool=None):
     """The judge's own stage logic, run in this process (so that NVML can be stood in for): the real Runner, jail,
     GPU watch and verdict, on the CPU."""
-    from xlang.profiler import judge
+    from xlang.profiler.judge import main as judge_main
 
     build = tmp_path / "build"
     build.mkdir()
@@ -560,7 +562,7 @@ def _judge_here(tmp_path, candidate: str, mode: str = "check", runner_env=None, 
             "readable": [str(build), str(HERE)], "trials": [({"M": 40, "N": 48, "K": 56}, "normal", 3)] * 2,
             "timing": {"enabled": False}, "call_timeout_s": 60, "env": runner_env or {}, "stage_dir": str(stage),
             "tool_exit_s": 60, **({"tool": tool} if tool else {})}
-    return judge.run(spec, lambda text: None)
+    return judge_main.run(Plan.from_dict(spec), lambda text: None)
 
 
 def _cmdline(pid: int) -> bytes:
@@ -616,10 +618,10 @@ def test_a_helper_process_holding_the_gpu_is_forbidden_and_its_correctness_disca
     _needs_uid_jail()
     _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=True)
     result = _judge_here(tmp_path, "cpu_gemm_helper_process.py")
-    assert result["status"] == "forbidden_call", result
-    assert "second process" in result["detail"] and "python" in result["detail"]
-    assert not (result.get("correctness") or {}).get("passed")
-    watch = result["gpu_watch"]
+    assert result.status == "forbidden_call", result
+    assert "second process" in result.detail and "python" in result.detail
+    assert not (result.correctness or {}).get("passed")
+    watch = result.gpu_watch
     assert watch["checked"] and watch["forbidden"]["pid"] in {h["pid"] for h in watch["helpers"]}
     assert _no_helper_left()
 
@@ -633,7 +635,7 @@ def test_a_stage_whose_call_waits_on_a_gpu_helper_ends_at_once(tmp_path, monkeyp
     _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=True)
     t0 = time.monotonic()
     result = _judge_here(tmp_path, "cpu_gemm_helper_process.py", runner_env={"XLANG_TEST_HELPER_WAIT": "1"})
-    assert result["status"] == "forbidden_call", result
+    assert result.status == "forbidden_call", result
     assert time.monotonic() - t0 < 30  # the call's limit is 60 s, the helper sleeps 120 s
     assert _no_helper_left()
 
@@ -646,10 +648,10 @@ def test_a_helper_process_without_a_gpu_context_is_allowed_and_recorded(tmp_path
     _nvml_stand_in(monkeypatch, uid_for_slot(4 * SLOTS), helper_holds=False)
     t0 = time.monotonic()
     result = _judge_here(tmp_path, "cpu_gemm_helper_process.py")
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     assert time.monotonic() - t0 < 30
-    helpers = result["gpu_watch"]["helpers"]
-    assert helpers and all(h["first_seen_s"] >= 0 for h in helpers) and result["gpu_watch"]["forbidden"] is None
+    helpers = result.gpu_watch["helpers"]
+    assert helpers and all(h["first_seen_s"] >= 0 for h in helpers) and result.gpu_watch["forbidden"] is None
     assert _no_helper_left()
 
 
@@ -657,8 +659,8 @@ def test_the_helper_is_seen_through_the_uids_process_tree_in_a_stage_of_its_own(
     """The judge as a process of its own (no stand-in: NVML is absent here): the helper is in the stage's result."""
     _needs_uid_jail()
     run = _check(tmp_path, "cpu_gemm_helper_process.py")
-    assert run.result["status"] == "ok", run.result
-    assert run.result["gpu_watch"]["helpers"] and run.result["gpu_watch"]["nvml"] is False
+    assert run.result.status == "ok", run.result
+    assert run.result.gpu_watch["helpers"] and run.result.gpu_watch["nvml"] is False
     assert _no_helper_left()
 
 
@@ -677,7 +679,7 @@ def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypa
         _nvml_stand_in(monkeypatch, uid, helper_holds=False, extra=[before.pid])
         (tmp_path / "a").mkdir()
         result = _judge_here(tmp_path / "a", "cpu_gemm_honest.py")
-        assert result["status"] == "ok", result  # the tenant from before the candidate started is the environment's
+        assert result.status == "ok", result  # the tenant from before the candidate started is the environment's
         real = gpuwatch.compute_processes
         looks = []
 
@@ -691,7 +693,7 @@ def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypa
         monkeypatch.setattr(gpuwatch, "compute_processes", late)
         (tmp_path / "b").mkdir()
         result = _judge_here(tmp_path / "b", "cpu_gemm_honest.py")
-        assert result["status"] == "harness_error" and "not judged" in result["detail"], result
+        assert result.status == "harness_error" and "not judged" in result.detail, result
     finally:
         for p in (before, stranger):
             if p is not None:
@@ -700,16 +702,16 @@ def test_a_stranger_on_the_gpu_makes_the_candidate_not_judged(tmp_path, monkeypa
 
 # ---- what the candidate printed: kept (a bounded tail) in every stage, the verdict and the feedback ---------
 def test_the_check_stage_keeps_the_end_of_the_candidates_output(tmp_path):
-    from xlang.profiler.stages.process import OUTPUT_TAIL_CHARS
+    from xlang.profiler.judge.process import OUTPUT_TAIL_CHARS
 
     run = _check(tmp_path, "cpu_gemm_prints.py")
-    assert run.result["status"] == "ok", run.result
-    out = run.result["candidate_output"]
+    assert run.result.status == "ok", run.result
+    out = run.result.candidate_output
     assert "xlang-stderr-marker line 79" in out["stderr"] and "xlang-stdout-marker done" in out["stdout"]
     assert len(out["stderr"]) == OUTPUT_TAIL_CHARS and "line 79:" in out["stderr"].splitlines()[-1]  # its end
     (tmp_path / "flood").mkdir()
     flood = _check(tmp_path / "flood", "cpu_gemm_flood.py")
-    assert all(len(t) <= OUTPUT_TAIL_CHARS for t in flood.result["candidate_output"].values())
+    assert all(len(t) <= OUTPUT_TAIL_CHARS for t in flood.result.candidate_output.values())
 
 
 def test_a_tool_stage_keeps_the_end_of_the_candidates_output(tmp_path):
@@ -723,19 +725,19 @@ def test_a_tool_stage_keeps_the_end_of_the_candidates_output(tmp_path):
             "timing": {"enabled": False}}
     work = tmp_path / "eval"
     work.mkdir(mode=0o700)
-    run = run_stage({**spec, "mode": "memcheck"}, work, "memcheck", 120)
-    assert run.result["status"] == "ok", run.result
-    assert "xlang-stderr-marker line 79" in run.result["candidate_output"]["stderr"]
+    run = run_stage(plan(**{**spec, "mode": "memcheck"}), work, "memcheck", 120)
+    assert run.result.status == "ok", run.result
+    assert "xlang-stderr-marker line 79" in run.result.candidate_output["stderr"]
 
 
 _CPU_JUDGE = """import json, sys
-from xlang.profiler import judge
+from xlang.profiler.judge.main import main
 spec = json.load(open(sys.argv[1]))
 spec.update(device="cpu", gpu_index={slots}, trials=[({{"M": 40, "N": 48, "K": 56}}, "normal", 3)],
             readable=[{build!r}], hello={{"op": "hello", "device": "cpu", "lang": "triton", "load": {load!r}}},
             timing={{"enabled": False}}, observer_library=None)
 open(sys.argv[1], "w").write(json.dumps(spec))
-judge.main(sys.argv[1:])
+main(sys.argv[1:])
 """
 
 
@@ -761,7 +763,7 @@ def test_the_verdict_and_the_feedback_show_what_the_candidate_printed(tmp_path, 
     wrapper = tmp_path / "cpu_judge.py"
     wrapper.write_text(_CPU_JUDGE.format(slots=SLOTS, build=str(build), load=str(load)))
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
     monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
@@ -831,7 +833,7 @@ def test_a_memory_fault_the_driver_reports_is_a_memory_error(tmp_path, monkeypat
         monkeypatch.setattr(gpuwatch, "xid_events", events)
         (tmp_path / str(xid)).mkdir()
         result = _judge_here(tmp_path / str(xid), "cpu_gemm_honest.py")
-        assert result["status"] == status, result
-        assert result["gpu_watch"]["xids"][0]["xid"] == xid and result["gpu_watch"]["xid_watch"]
+        assert result.status == status, result
+        assert result.gpu_watch["xids"][0]["xid"] == xid and result.gpu_watch["xid_watch"]
         if status == "memory_error":
-            assert "Xid 31" in result["detail"] and "MMU fault" in result["detail"]
+            assert "Xid 31" in result.detail and "MMU fault" in result.detail

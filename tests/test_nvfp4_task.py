@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 from xlang import census  # noqa: E402
 from xlang.archs import get_arch  # noqa: E402
 from xlang.backend import build_candidate  # noqa: E402
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 from tasks.gemm_nvfp4 import unpack_e2m1  # noqa: E402
 
@@ -162,7 +162,7 @@ def test_the_cpu_model_passes_the_expert_and_fails_its_mutations(mutation):
 _HOPPER_CHILD = INTERPRETER_SHIM + r'''
 import json
 from xlang.candidate import load_module
-from xlang.profiler.stages.check import compare_output
+from xlang.profiler.judge.verify import compare_output
 from xlang.task import get_task
 
 task = get_task("gemm_nvfp4")

@@ -11,12 +11,15 @@ import threading
 import time
 
 import pytest
+from plans import state
 
 from xlang import verdict as V
 from xlang.profiler import evaluate as ev
 from xlang.profiler import runner
-from xlang.profiler.stages import launch, timing
-from xlang.profiler.stages import peers as judge_peers
+from xlang.profiler.judge import peers as judge_peers
+from xlang.profiler.judge import timing
+from xlang.profiler.stages import launch
+from xlang.profiler.stages import peers as stage_peers
 from xlang.task import Peer, get_task
 
 NOT_INSTALLED = "flash-attn-4 (flash_attn.cute) not installed"
@@ -69,15 +72,15 @@ def test_a_missing_package_is_found_without_importing_anything(monkeypatch):
 
 def test_peer_specs_skip_what_is_absent_or_turned_off():
     task = dataclasses.replace(get_task("gemm"), peers=(_fake_peer("here"), _fake_peer("gone", ("xlang_no_pkg",))))
-    specs = judge_peers.peer_specs(task, ev.EvalOptions())
+    specs = stage_peers.peer_specs(task, ev.EvalOptions())
     assert specs == [{"name": "here", "display": "HERE"},
                      {"name": "gone", "display": "GONE", "skip": "gone-wheel (xlang_no_pkg) not installed"}]
-    off = judge_peers.peer_specs(task, ev.coerce_options({"no_peers": True}))
+    off = stage_peers.peer_specs(task, ev.coerce_options({"no_peers": True}))
     assert [s["skip"] for s in off] == ["skipped (--no-peers)"] * 2
     # The check stage's limit grows by the budget of each peer it will start, and only those.
     opts = ev.EvalOptions(check_timeout_s=100, peer_timeout_s=50)
-    assert judge_peers.check_limit(opts, off) == 100
-    assert judge_peers.check_limit(opts, specs) == 100 + 50 + judge_peers.PEER_CLOSE_S
+    assert stage_peers.check_limit(opts, off) == 100
+    assert stage_peers.check_limit(opts, specs) == 100 + 50 + stage_peers.PEER_CLOSE_S
 
 
 # ---- the runner: a peer's entry is the vendor's, over the judge's buffers ---------------------------------
@@ -127,8 +130,8 @@ class _NoRunner:
 
 
 def _ctx(peers, budget=60.0):
-    return {"spec": {"peers": peers, "timing": {"peer_budget_s": budget}, "device": "cuda"},
-            "task": get_task("gemm"), "call_timeout_s": 120.0}
+    return state(get_task("gemm"), "cuda", peers=peers, timing={"peer_budget_s": budget}, device="cuda",
+                 call_timeout_s=120.0)
 
 
 def test_skipped_peers_are_recorded_without_a_process(monkeypatch):
@@ -171,8 +174,8 @@ def test_peers_that_ran_give_speedups_and_the_fastest_is_best(monkeypatch):
 
     _FakeRunner.started = []
     monkeypatch.setattr(judge_peers, "Runner", _FakeRunner)
-    monkeypatch.setattr(judge_peers, "_observer", lambda spec: None)
-    monkeypatch.setattr(judge_peers, "_wait_alone", lambda progress, index=0: {"checked": True, "others": []})
+    monkeypatch.setattr(judge_peers, "make_observer", lambda spec: None)
+    monkeypatch.setattr(judge_peers, "wait_alone", lambda progress, index=0: {"checked": True, "others": []})
     monkeypatch.setattr(judge_peers, "time_calls", fake_time_calls)
     peers = [{"name": n, "display": n.title()} for n in ("slow", "fast", "broken", "hangs")]
     out = judge_peers.time_peers(_ctx(peers), shape, 2.0, lambda text: None)
@@ -189,7 +192,7 @@ def test_peers_that_ran_give_speedups_and_the_fastest_is_best(monkeypatch):
 
 
 def test_a_peers_budget_bounds_its_calls():
-    ctx = {"call_timeout_s": 120.0}
+    ctx = state(call_timeout_s=120.0)
     assert timing._call_timeout(ctx, None) == 120.0
     assert 9.0 < timing._call_timeout(ctx, time.monotonic() + 10) <= 10.0
     with pytest.raises(judge_peers.RunnerGone) as e:
@@ -303,11 +306,14 @@ def test_eval_prints_x_vendor_beside_x_peer_or_why_not():
 
 PEER_WORKER = (
     "import json, sys\n"
-    "from xlang.profiler.stages import peers\n"
+    "from xlang.profiler.judge import peers\n"
+    "from xlang.profiler.judge.plan import Plan\n"
+    "from xlang.profiler.judge.state import JudgeState\n"
     "spec = json.load(open(sys.argv[1]))\n"
     "peers.Runner = None  # a peer process started here would fail loudly\n"
     "timing = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS'}\n"
-    "timing.update(peers.time_peers({'spec': spec, 'task': None, 'call_timeout_s': 1.0}, spec['timed_shape'],\n"
+    "timing.update(peers.time_peers(JudgeState(Plan.from_dict({**spec, 'call_timeout_s': 1.0}), None, 'cuda'),\n"
+    "                               spec['timed_shape'],\n"
     "                               1.0, lambda text: None))\n"
     "json.dump({'status': 'ok', 'fingerprint': {}, 'isolation': 'fake', 'timing': timing,\n"
     "           'correctness': {'passed': True, 'trials': 1, 'shapes': [], 'kinds': ['normal']}},\n"

@@ -4,10 +4,14 @@ one file and one line in the list, the scheduler's order and its `beside` depend
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
+import pytest
+
 import pipeline_example_stage as example
+from plans import plan
 
 from xlang import verdict as V
 from xlang.archs import get_arch
@@ -126,7 +130,7 @@ def _gpu_ctx(tmp_path, **options):
     ctx = _ctx(tmp_path, **options)
 
     def start_gpu(job, c):
-        c.spec = {"fake": True}
+        c.plan = plan()  # any plan: the stages here are stand-ins
         return True
 
     ctx.start_gpu = start_gpu
@@ -239,3 +243,69 @@ def test_decide_weighs_the_failures_in_stage_order_and_says_when_the_census_alon
                                                                                  "correct in 2 trials on 1 shapes")
     assert decide([(V.MEMORY_ERROR, "3 errors"), missing]) == (V.MEMORY_ERROR, "3 errors")
     assert decide([])[0] == V.OK
+
+
+# A GPU stage's judge on the CPU: the spec the parent wrote made the CPU twin of the GPU's (as
+# tests/test_judge_isolation.py does), the candidate each stage loads named by the stage's folder.
+_CPU_JUDGE = """import json, sys
+from pathlib import Path
+from xlang.profiler.judge.main import main
+spec = json.load(open(sys.argv[1]))
+load = {loads!r}[Path(spec["stage_dir"]).name.split("-")[0]]
+spec.update(device="cpu", gpu_index={slot}, readable=[{build!r}], observer_library=None,
+            hello={{"op": "hello", "device": "cpu", "lang": "triton", "load": load}},
+            env={{"XLANG_TEST_OOB": "write-before:C"}})
+open(sys.argv[1], "w").write(json.dumps(spec))
+main(sys.argv[1:])
+"""
+
+
+def _evaluate_with_a_gpu_stage_added(tmp_path, monkeypatch, guard_loads: str):
+    """evaluate() with tests/pipeline_example_gpu_stage.py added by one line after the GPU stages, on a stand-in
+    GPU whose judges are the real one run on the CPU: the check judges cpu_gemm_honest.py, the added stage
+    `guard_loads` (tests/kernels/isolation)."""
+    import random
+    import sys
+
+    import pipeline_example_gpu_stage as gpu_example
+
+    from xlang.profiler.stages import launch
+
+    kernels = ROOT / "tests" / "kernels" / "isolation"
+    build = tmp_path / "build"
+    build.mkdir(parents=True)
+    loads = {}
+    for stage, name in (("check", "cpu_gemm_honest.py"), ("guard", guard_loads)):
+        loads[stage] = str(build / f"{stage}_{name}")
+        Path(loads[stage]).write_text((kernels / name).read_text())
+    wrapper = tmp_path / "cpu_judge.py"
+    slot = random.SystemRandom().randrange(20, 240)  # uids of a slot of this test's own (test_judge_isolation)
+    wrapper.write_text(_CPU_JUDGE.format(loads=loads, slot=slot, build=str(build)))
+    monkeypatch.setattr(ev, "STAGES", (*P.STATIC_STAGES, *P.GPU_STAGES,
+                                       gpu_example.STAGE))  # the one line
+    monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Stand-in", "compute_capability": 90})
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
+    monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
+    monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
+    given = BuildResult(True, "triton", "gemm", "h100", {}, str(build), load_path=loads["check"])
+    return ev.evaluate(given, "triton", "gemm", "h100", {"M": 40, "N": 48, "K": 56},
+                       {"memcheck": False, "ncu": False, "timing": False, "workdir": tmp_path / "w", "seed": 3,
+                        "shapes": [{"M": 40, "N": 48, "K": 56}],
+                        "static": {"failures": [], "census_ok": True}})
+
+
+@pytest.mark.slow
+def test_an_added_gpu_stage_is_picked_up_and_its_failure_decides(tmp_path, monkeypatch):
+    """tests/pipeline_example_gpu_stage.py plus one line in the list: its plan reaches a judge process of its own
+    (its folder, its report), its record writes the verdict, and its failure (a canary in the slack before C
+    damaged: memory_error) is the verdict's, after a check that passed."""
+    v = _evaluate_with_a_gpu_stage_added(tmp_path / "a", monkeypatch, "cpu_gemm_honest.py")
+    assert v.category == V.OK and v.correct, v.detail
+    assert v.fingerprint["stages"][-1] == "guard" and "guard" in v.fingerprint["stage_seconds"]
+    assert v.fingerprint["stage_isolation"]["guard"] == v.fingerprint["stage_isolation"]["check"]
+    spec = json.loads((tmp_path / "a" / "w" / "guard" / "spec.json").read_text())
+    assert spec["mode"] == "check" and len(spec["trials"]) == 1 and spec["timing"]["enabled"] is False
+    v = _evaluate_with_a_gpu_stage_added(tmp_path / "b", monkeypatch, "cpu_gemm_out_of_bounds.py")
+    assert v.category == V.MEMORY_ERROR and "wrote outside C" in v.detail, v.detail
+    assert v.correctness["passed"]  # the check passed: the added stage found it

@@ -8,10 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
+from plans import plan
 
 from xlang import verdict as V
 from xlang.children import run_child
 from xlang.profiler import evaluate as ev
+from xlang.profiler.judge.plan import Report
 from xlang.profiler.stages import launch, memcheck, ncu, timing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +22,7 @@ BAD = ROOT / "tests" / "kernels" / "bad"
 
 def _stage(tmp_path, args, timeout=20.0):
     cmd = [sys.executable, "-m", "xlang.profiler.selftest", *args]
-    return launch.run_stage({"mode": "x"}, tmp_path, "check", timeout, child_cmd=cmd)
+    return launch.run_stage(plan(mode="x"), tmp_path, "check", timeout, child_cmd=cmd)
 
 
 def test_hanging_worker_is_killed_with_its_children(tmp_path):
@@ -63,7 +65,7 @@ def test_sandbox_child_abort_is_contained():
 def _fake_run(result, progress="1.0 trial shape=M=8 trial=0 seed=1: candidate call\n"):
     from xlang.children import ChildResult
 
-    return launch.StageRun(ChildResult(0, "", "", False, 0.1), result, progress, 0.1)
+    return launch.StageRun(ChildResult(0, "", "", False, 0.1), Report.from_dict(result), progress, 0.1)
 
 
 def test_stage_failure_categories():
@@ -120,13 +122,14 @@ def test_compile_error(tmp_path):
 # A stand-in for the GPU worker: reports FAKE_STATUS; when ok, waits at the timing gate (if any) first.
 FAKE_WORKER = (
     "import json, os, sys, time\n"
-    "from xlang.profiler.stages.timing import wait_at_gate\n"
+    "from xlang.profiler.judge.plan import TimingPlan\n"
+    "from xlang.profiler.judge.timing import wait_at_gate\n"
     "spec = json.load(open(sys.argv[1]))\n"
     "status = os.environ['FAKE_STATUS']\n"
     "res = {'status': status, 'detail': 'C[3, 4] got 1 expected 2', 'fingerprint': {'torch': 'fake'},\n"
     "       'isolation': 'fake', 'correctness': {'passed': status == 'ok', 'trials': len(spec['trials']),\n"
     "                                            'shapes': [t[0] for t in spec['trials']], 'kinds': ['normal']}}\n"
-    "if status == 'ok' and wait_at_gate(spec['timing'], lambda text: None):\n"
+    "if status == 'ok' and wait_at_gate(TimingPlan(**spec['timing']), lambda text: None):\n"
     "    res['timing'] = {'speedup': 1.1, 'tflops': 700.0, 'baseline_tflops': 640.0, 'baseline_name': 'cuBLAS',\n"
     "                     'started': time.time(), 'rest_ms': spec['timing'].get('rest_ms')}\n"
     "json.dump(res, open(spec['out'], 'w'))\n"
@@ -147,7 +150,7 @@ def _gemm_build_on_a_fake_gpu(tmp_path, monkeypatch):
     fake = tmp_path / "fake_worker.py"
     fake.write_text(FAKE_WORKER)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": 0, "name": "Fake H200", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
     monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(fake), str(spec_path)])
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file
@@ -308,12 +311,12 @@ def test_ncu_that_profiled_no_kernel_in_the_calling_threads_range_is_not_execute
         calls.append(stage)
         # ncu's own lines reach the judge on the pipe it shares with the runner it started (judge.run_tool_stage)
         tool_out = "==PROF== Disconnected from process 1\n==WARNING== No kernels were profiled.\n"
-        return launch.StageRun(ChildResult(0, "", "", False, 1.0), {"status": "ok", "runner_stdout": tool_out}, "", 1.0,
-                           tmp_path / stage)  # the run's folder: no report in it
+        return launch.StageRun(ChildResult(0, "", "", False, 1.0), Report("ok", runner_stdout=tool_out), "", 1.0,
+                               tmp_path / stage)  # the run's folder: no report in it
 
     monkeypatch.setattr(ncu, "find_tool", lambda name: "/usr/bin/true")
     monkeypatch.setattr(ncu, "run_stage", fake_run_stage)
-    spec = {"ncu_trials": [[{"M": 64, "N": 64, "K": 64}, "normal", 1]]}
+    spec = plan(mode="ncu", trials=[[{"M": 64, "N": 64, "K": 64}, "normal", 1]])
     from xlang.archs import get_arch
     from xlang.task import get_task
 

@@ -115,8 +115,8 @@ def test_parse_memcheck_clean():
 
 def test_worker_comparisons_on_cpu():
     torch = pytest.importorskip("torch")
-    from xlang.profiler.stages import check as worker
-    from xlang.profiler.stages.timing import _stats
+    from xlang.profiler.judge import verify as worker
+    from xlang.profiler.judge.timing import _stats
 
     ref = torch.randn(4, 5)
     got = ref.clone().to(torch.bfloat16)
@@ -200,7 +200,7 @@ def test_a_calls_profile_lists_its_activities_and_the_idle_time_between_them():
 
 
 def test_call_profile_takes_medians_over_calls_with_the_last_calls_activities():
-    from xlang.profiler.stages.timing import call_profile
+    from xlang.profiler.judge.timing import call_profile
 
     profiles = [[("a", 0, 1_000_000), ("b", 100_000, 3_000_000)],
                 [("a", 0, 2_000_000), ("b", 300_000, 5_000_000)],
@@ -226,7 +226,7 @@ FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 
 
 def test_the_runners_primer_is_left_out_of_a_timed_calls_span():
-    from xlang.profiler.stages.timing import without_primer
+    from xlang.profiler.judge.timing import without_primer
     from xlang.profiler.observer_records import span
 
     primer, work = _kernel(1_000, 3_000, FILL), [_kernel(900_000, 2_000_000, "prep"), _kernel(2_000_100, 9_000_000, "main")]
@@ -237,7 +237,7 @@ def test_the_runners_primer_is_left_out_of_a_timed_calls_span():
 def test_only_a_short_one_block_utility_kernel_first_and_alone_counts_as_the_primer():
     import dataclasses
 
-    from xlang.profiler.stages.timing import without_primer
+    from xlang.profiler.judge.timing import without_primer
 
     work = [_kernel(900_000, 2_000_000, "prep")]
     not_primers = [

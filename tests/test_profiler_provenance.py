@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from plans import plan
 
 from xlang import census
 from xlang.archs import get_arch
@@ -40,9 +41,10 @@ def _build(path: Path, lang: str, shape: dict, tmp_path: Path):
     return build
 
 
-def _spec(build, shape: dict, lang_on_disk: bool = True) -> dict:
-    return {"build_kernels": [k.name for k in build.kernels], "kernels_on_disk": lang_on_disk,
-            "build_modules": sorted({k.cubin for k in build.kernels}), "ncu_trials": [[shape, "normal", 1]]}
+def _spec(build, shape: dict, lang_on_disk: bool = True):
+    """The ncu stage's plan (Ncu.plan: its trials are the ncu trials)."""
+    return plan(mode="ncu", build_kernels=[k.name for k in build.kernels], kernels_on_disk=lang_on_disk,
+                build_modules=sorted({k.cubin for k in build.kernels}), trials=[[shape, "normal", 1]])
 
 
 @pytest.mark.parametrize("label,source,lang,shape", [
@@ -54,7 +56,7 @@ def test_a_profiled_kernel_is_its_build_instruction_for_instruction(label, sourc
     instructions); the cuda_ptx kernel's name differs between the two builds (the anonymous namespace carries a
     hash), and the code still decides."""
     build = _build(source, lang, shape, tmp_path)
-    index = sass_identity.module_index([census.listing(Path(m)) for m in _spec(build, shape)["build_modules"]])
+    index = sass_identity.module_index([census.listing(Path(m)) for m in _spec(build, shape).build_modules])
     (profile,) = ncu.parse_source_page(gzip.open(FIX / f"{label}.ncu_source.csv.gz", "rt").read())
     assert sass_identity.sass_identity(profile, index) == build.kernels[0].name
     assert len(sass_identity.profiled_code(profile)) in (384, 1024)
@@ -69,7 +71,7 @@ def test_an_own_kernel_named_like_a_vendors_compiled_at_run_time_is_the_candidat
     jit = _build(FIX / "triton-dead_branch.gpu_kernel.py", "triton", SMALL, tmp_path)
     spec = _spec(build, SMALL)
     profiles = _profiles("triton-dead_branch")
-    assert [p.name for p in profiles] == ["gemm_fma"] and "gemm_fma" not in spec["build_kernels"]
+    assert [p.name for p in profiles] == ["gemm_fma"] and "gemm_fma" not in spec.build_kernels
     info, judged = ncu_judgement({}, profiles, spec, H200, ("wgmma", "tma"), get_task("gemm"),
                                  jit_modules=[jit.kernels[0].cubin])
     assert info["provenance"] == [{"name": "gemm_fma", "by": "code", "matched": "gemm_fma"}]
@@ -174,21 +176,21 @@ def test_a_cutedsl_kernel_keeps_the_name_rule_when_its_code_matches_nothing():
     code matches nothing is judged by name as before (one its build compiled), and forbidden otherwise."""
     (profile,) = ncu.parse_source_page(gzip.open(FIX / "triton-gemm_tma.ncu_source.csv.gz", "rt").read())
     named = dataclasses.replace(profile, name="kernel_cutlass_gemm_0")
-    spec = {"build_kernels": ["kernel_cutlass_gemm_0"], "kernels_on_disk": False, "build_modules": []}
+    spec = plan(mode="ncu", build_kernels=["kernel_cutlass_gemm_0"], kernels_on_disk=False, build_modules=[])
     assert ncu_provenance([named], spec)[0][0]["by"] == "name"
-    spec["build_kernels"] = ["kernel_cutlass_other_0"]
+    spec.build_kernels = ["kernel_cutlass_other_0"]
     assert ncu_provenance([named], spec)[0][0]["by"] == "forbidden"
 
 
 def test_torch_utility_kernels_are_neither_own_code_nor_forbidden():
     fill = ncu.KernelProfile("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
                              [_line(0x1000, "EXIT")])
-    decided, forbidden = ncu_provenance([fill], {"build_kernels": [], "build_modules": []})
+    decided, forbidden = ncu_provenance([fill], plan(mode="ncu", build_kernels=[], build_modules=[]))
     assert decided[0]["by"] == "utility" and not forbidden
 
 
 def test_jit_modules_are_copied_without_following_links(tmp_path):
-    from xlang.profiler.stages.tools import collect_jit_modules
+    from xlang.profiler.judge.tools import collect_jit_modules
 
     home, stage = tmp_path / "home", tmp_path / "stage"
     (home / ".triton" / "cache" / "AB").mkdir(parents=True)

@@ -247,7 +247,8 @@ attempt = len(counter.read_text().splitlines()) + 1 if counter.exists() else 1
 with open(counter, "a") as f:
     f.write("judge\n")
 
-from xlang.profiler import gpuwatch, judge
+from xlang.profiler import gpuwatch
+from xlang.profiler.judge import main as judge_main
 from xlang.sandbox import uid_for_slot, uid_processes
 
 uid = uid_for_slot(4 * int(spec["gpu_index"]))
@@ -275,7 +276,7 @@ def holders(index):
     return sorted(pids)
 
 gpuwatch.compute_processes = holders
-judge.main([str(spec_path)])
+judge_main.main([str(spec_path)])
 '''
 
 
@@ -298,7 +299,7 @@ def _evaluate_with_a_stranger(tmp_path, monkeypatch, candidate: str, stranger_on
     wrapper = tmp_path / "judge_on_cpu.py"
     wrapper.write_text(JUDGE_ON_CPU)
     monkeypatch.setattr(ev.gpu_mod, "find_gpu", lambda arch: {"index": slot, "name": "Stand-in", "compute_capability": 90})
-    monkeypatch.setattr(ev.gpu_mod, "_from_nvml", lambda: None)
+    monkeypatch.setattr(ev.gpu_mod, "from_nvml", lambda: None)
     monkeypatch.setattr(ev, "_observer_library", lambda: (None, "no observer in this test"))
     monkeypatch.setattr(launch, "judge_command", lambda spec_path: [sys.executable, str(wrapper), str(spec_path)])
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # the per-GPU lock file

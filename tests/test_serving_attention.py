@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from xlang.backend import get_backend, lang_names  # noqa: E402
-from xlang.profiler.stages.check import compare_inputs, compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_inputs, compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 from tasks.attn_decode_paged import GARBAGE, csr_pages, sequence_lengths  # noqa: E402
 from tasks.attn_prefill_ragged import FA2_NAME, FALLBACK_NAME, baseline_plan  # noqa: E402
@@ -34,7 +34,7 @@ DECODE_SHAPES = [DECODE.shape(s) for s in (
 
 
 def _fails(task, outputs: dict, inputs: dict, shape: dict, kind: str = "normal") -> bool:
-    """The judge's rule (xlang.profiler.stages.check.compare_output): any output outside its tolerance, NaN or Inf."""
+    """The judge's rule (xlang.profiler.judge.verify.compare_output): any output outside its tolerance, NaN or Inf."""
     ref = task.reference(inputs, shape)
     for name, got in outputs.items():
         atol, rtol = task.tolerance_for(name, kind)
@@ -271,6 +271,7 @@ def _judge_on_cpu(tmp_path, task, candidate: str, shapes, env: dict) -> dict:
     memfd (tests/test_judge_isolation.py does the same for gemm): every shape with every input kind."""
     from tests.test_judge_isolation import SLOTS
 
+    from xlang.profiler.judge.plan import Plan
     from xlang.profiler.stages.launch import run_stage
 
     build = tmp_path / f"build-{len(list(tmp_path.iterdir()))}"
@@ -283,25 +284,25 @@ def _judge_on_cpu(tmp_path, task, candidate: str, shapes, env: dict) -> dict:
             "timing": {"enabled": False}, "call_timeout_s": 60, "env": env}
     work = build / "eval"
     work.mkdir(mode=0o700)
-    return run_stage({**spec, "mode": "check"}, work, "check", 180).result
+    return run_stage(Plan.from_dict({**spec, "mode": "check"}), work, "check", 180).result
 
 
 def test_int32_page_tables_and_nan_caches_go_through_the_judge_and_runner(tmp_path):
     shapes = DECODE_SHAPES[:2]
     honest = _judge_on_cpu(tmp_path, DECODE, "cpu_decode_paged.py", shapes, {"XLANG_TEST_DECODE": "table"})
-    assert honest["status"] == "ok", honest
-    assert honest["correctness"]["passed"] and honest["correctness"]["trials"] == 6
+    assert honest.status == "ok", honest
+    assert honest.correctness["passed"] and honest.correctness["trials"] == 6
     cheat = _judge_on_cpu(tmp_path, DECODE, "cpu_decode_paged.py", shapes, {"XLANG_TEST_DECODE": "contiguous"})
-    assert cheat["status"] == "incorrect" and "out:" in cheat["detail"], cheat
+    assert cheat.status == "incorrect" and "out:" in cheat.detail, cheat
 
 
 def test_cu_seqlens_of_b_plus_1_go_through_the_judge_and_runner(tmp_path):
     shapes = [PREFILL.shape({"B": 3, "T": 150, "H": 2, "HKV": 1}), PREFILL.shape({"B": 1, "T": 1, "H": 2, "HKV": 2})]
     honest = _judge_on_cpu(tmp_path, PREFILL, "cpu_prefill_ragged.py", shapes, {})
-    assert honest["status"] == "ok", honest
-    assert honest["correctness"]["trials"] == 2 * len(PREFILL.input_kinds)
+    assert honest.status == "ok", honest
+    assert honest.correctness["trials"] == 2 * len(PREFILL.input_kinds)
     cheat = _judge_on_cpu(tmp_path, PREFILL, "cpu_prefill_ragged.py", shapes[:1], {"XLANG_TEST_PREFILL": "one"})
-    assert cheat["status"] == "incorrect" and "out:" in cheat["detail"], cheat
+    assert cheat.status == "incorrect" and "out:" in cheat.detail, cheat
 
 
 # ---- prompts ------------------------------------------------------------------------------------------------

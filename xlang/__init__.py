@@ -7,7 +7,7 @@ code paths that need them (a GPU worker, a backend's build, the agent loop).
 __version__ = "0.1.0"
 # Bumped whenever a change can alter a verdict or a timing; stored with every result.
 # 3: judge/runner split, jail, CUPTI observer, drawn shapes. 4: a timed call's span starts after the runner's
-# primer (stages/timing.py without_primer), so the observer's stall after the first launch after a flush is no longer in it.
+# primer (judge/timing.py without_primer), so the observer's stall after the first launch after a flush is no longer in it.
 # 5 (issue 31, 40): buffers between unmapped guard ranges with canaries after every call, a GPU-process watch in
 # every stage, attention kinds large_v / scaled and long drawn sequences, LSE checked absolutely, fp16
 # accumulators incorrect, provenance by code under Nsight Compute, the 80% share rule and the GPU-FLOPs floor.

@@ -37,7 +37,7 @@ class ChildResult:
         return None
 
 
-class _Tail:
+class OutputTail:
     """Drain a pipe to its end, keeping only the last `limit` bytes (a child can print without bound)."""
 
     def __init__(self, stream, limit: int = CAPTURE_LIMIT):
@@ -98,7 +98,7 @@ def run_child(cmd: list[str], timeout: float, cwd: Path | None = None, env: dict
     proc = subprocess.Popen(cmd, cwd=cwd, env=raw_env if raw_env is not None else child_env(env),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             stdin=subprocess.DEVNULL, pass_fds=pass_fds)
-    out, err = _Tail(proc.stdout), _Tail(proc.stderr)
+    out, err = OutputTail(proc.stdout), OutputTail(proc.stderr)
     kill_at = deadline or (lambda: start + timeout)
     timed_out = cancelled = False
     while proc.poll() is None:

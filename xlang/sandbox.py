@@ -195,7 +195,7 @@ def remove_tree(path: Path) -> None:
 
 
 # The folders of a work folder (an `xlang eval` one: build/, one per stage) that a candidate wrote: a build's child
-# folder (backend.CHILD_FOLDER) and the homes of a stage's processes (stages/process.py: <role>-home-*,
+# folder (backend.CHILD_FOLDER) and the homes of a stage's processes (judge/process.py: <role>-home-*,
 # probe-<variant>-home-*), two levels down at most.
 CANDIDATE_FOLDER_NAMES = re.compile(r"child|[a-z]+-home-\w+|probe-[a-z-]+-home-\w+")
 

@@ -153,14 +153,14 @@ def roofline(task, shape: dict, figures: dict | None) -> dict:
 
 
 def roofline_floor_ms(task, shape: dict, figures: dict | None) -> float | None:
-    """The least time the shape can take on an architecture (roofline(): the larger floor), as stages.timing's
+    """The least time the shape can take on an architecture (roofline(): the larger floor), as judge.timing's
     record computes it for the timed shape; None without figures."""
     return roofline(task, shape, figures)["floor_ms"]
 
 
 def shape_record(task, label: str, shape: dict, candidate: dict | None, baseline: dict | None,
                  floor_ms: float | None = None) -> dict:
-    """One timed suite shape: the candidate's and the vendor's medians (ms, from stages.timing.time_calls' stats),
+    """One timed suite shape: the candidate's and the vendor's medians (ms, from judge.timing.time_calls' stats),
     the speedup (vendor ms / candidate ms), TFLOP/s (the task's FLOPs over the median), GB/s (Task.min_bytes
     over the median; None where the task defines none) and, as for the timed shape, whether the candidate beat the
     roofline floor (suspicious: a flag, not a verdict)."""
@@ -208,7 +208,7 @@ def suite_result(task, suite: dict, candidate: list[dict], baseline: list[dict],
                            roofline_floor_ms(task, s["shape"], figures))
               for i, s in enumerate(suite["shapes"])]
     for i, record in enumerate(shapes):
-        # What the timed calls showed of a host round trip (judge.host_evidence), kept as evidence, as for the timed
+        # What the timed calls showed of a host round trip (judge/observed.py host_evidence), kept as evidence, as for the timed
         # shape: Nsight Compute's GPU-FLOPs floor (host_compute) is measured at the timed shape only.
         record["candidate_host"] = (candidate[i] if i < len(candidate) else {}).get("host")
     return {"name": suite["name"], "title": suite.get("title", ""), "source": suite.get("source", ""),

@@ -74,7 +74,7 @@ class Verdict:
     executed_ok: bool | None = None
     isolation: str = ""  # the jail the candidate ran in (xlang.sandbox levels), "" when nothing ran
     # per GPU stage (check, memcheck, ncu): {"stdout", "stderr"}, the last 6 KiB of what the candidate's process
-    # printed (stages/process.py OUTPUT_TAIL_CHARS); None when nothing ran
+    # printed (judge/process.py OUTPUT_TAIL_CHARS); None when nothing ran
     output: dict | None = None
     # With --suite (xlang.suites): {"name", "title", "source", "shapes": [per shape: label, shape, candidate_ms,
     # baseline_ms, speedup, tflops, gbps, ...], "summary": summarise()}. The suite's shapes are among the

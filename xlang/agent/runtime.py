@@ -24,7 +24,8 @@ from xlang.backend import get_backend
 from xlang.errors import XlangError
 from xlang.profiler.gpu import gpus_for
 from xlang.profiler.options import EvalOptions
-from xlang.profiler.pipeline import STATIC_STAGES, Context, Job, run_stages, static_conclusion
+from xlang.profiler.pipeline import (STATIC_STAGES, Context, Job, record_build_resources, record_not_run,
+                                     record_toolchain, run_stages, settle, static_conclusion)
 from xlang.runtimes import Runtime
 from xlang.scaleout import ray_runtime  # Ray itself is imported only when a Ray runtime is made
 
@@ -110,25 +111,26 @@ def assess(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtim
                                   compiled=False), None)
     stage = on_stage or (lambda name: None)
     job = Job.of(task, lang, arch, shape)
-    verdict = V.Verdict(V.OK, **base)
-    if (options or {}).get("suite"):  # the suite asked for, also where no runtime judges it (evaluate() says the same)
-        verdict.suite = {**task.suite(options["suite"]).describe(), "summary": None}
+    # the suite asked for, also where no runtime judges it (evaluate() says the same)
+    suite = {**task.suite(options["suite"]).describe(), "summary": None} if (options or {}).get("suite") else None
+    verdict = V.Verdict(V.OK, suite=suite, **base)
     ctx = Context(task, arch, get_backend(lang), EvalOptions(), verdict, Path(workdir), code, build_dir=Path(workdir),
                   build_fn=runtime.build, on_stage=lambda name: stage("building") if name == "build" else None)
     result = run_stages(STATIC_STAGES, job, ctx)
     build, build_s = ctx.build, ctx.stage_seconds.get("build", 0.0)
     if build is not None:
-        verdict.fingerprint = {"toolchain": toolchain_versions()}
+        record_toolchain(verdict, toolchain_versions(), replace=True)
     if result.stopped:
-        verdict.category, verdict.detail = result.failures[0]
+        settle(verdict, result.failures[0])
         return Assessment(verdict, build, build_s)
     bd = verdict.build
     try:
-        bd["resources"] = kernel_resources(bd)
+        resources = kernel_resources(bd)
     except Exception:  # noqa: BLE001 - a missing register count never fails a judgement
-        bd["resources"] = []
+        resources = []
+    record_build_resources(verdict, bd, resources)
     if not runtime.available:
-        verdict.category, verdict.detail = static_conclusion(result.failures, runtime.note, arch, job.required)
+        settle(verdict, static_conclusion(result.failures, runtime.note, arch, job.required))
         return Assessment(verdict, build, build_s)
     stage(f"evaluating ({runtime.name})")
     start = time.monotonic()
@@ -139,12 +141,8 @@ def assess(code: str | None, lang: str, task, arch, shape: dict, runtime: Runtim
             verdict = V.Verdict.from_dict(verdict)
     except Exception as e:  # noqa: BLE001 - the evaluator's failure is ours, not the candidate's
         note = f"not run (the {runtime.name} profiler failed: {type(e).__name__}: {e})"
-        verdict.runtime_note = note
-        verdict.category, verdict.detail = static_conclusion(result.failures, note, arch, job.required)
-    if verdict.build is None:
-        verdict.build = bd
-    elif "resources" not in verdict.build:
-        verdict.build = {**verdict.build, "resources": bd["resources"]}
-    verdict.fingerprint = {**(verdict.fingerprint or {})}
-    verdict.fingerprint.setdefault("toolchain", toolchain_versions())
+        record_not_run(verdict, note)
+        settle(verdict, static_conclusion(result.failures, note, arch, job.required))
+    record_build_resources(verdict, bd, bd["resources"])  # the runtime's verdict: the build as judged here
+    record_toolchain(verdict, toolchain_versions(), replace=False)
     return Assessment(verdict, build, build_s, time.monotonic() - start)

@@ -32,6 +32,7 @@ The parent never imports torch and never touches the GPU itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -45,7 +46,10 @@ from xlang.backend import BuildResult, get_backend
 from xlang.profiler import gpu as gpu_mod
 from xlang.profiler.options import EvalOptions, coerce_options
 from xlang.profiler.gpuwatch import wait_quiet
-from xlang.profiler.pipeline import STAGES, Context, Failure, Job, Result, first, run_stages, static_conclusion
+from xlang.profiler.judge.plan import Plan, TimingPlan
+from xlang.profiler.pipeline import (STAGES, Context, Failure, Job, Result, conclude, first, record_gpu_start,
+                                     record_not_run, record_retry, record_static_findings, run_stages,
+                                     static_conclusion)
 from xlang.profiler.stages.ncu import NCU_ATTEMPTS
 from xlang.profiler.stages.peers import check_limit, peer_specs
 from xlang.profiler.stages.timing import TimingGate
@@ -79,21 +83,24 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         shape = shape or task.shape()
     job = Job.of(task, lang, arch, shape, options.require or task.required_for(arch))
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(1, 2**31 - 10**6)
-    verdict = V.Verdict(category=V.OK, lang=lang, task=task.name, arch=arch.name, shape=dict(shape))
-    if options.suite:  # which suite was asked, even where runtime cannot run; the check stage adds its figures
-        verdict.suite = {**task.suite(options.suite).describe(), "summary": None}
-    verdict.fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
-                           "workdir": str(workdir), "stages": [s.name for s in STAGES]}
-    ctx = Context(task, arch, backend, options, verdict, workdir, source, build, start_gpu=start_gpu, seed=seed)
-    static_stages, gpu_stages = [s for s in STAGES if not s.gpu], [s for s in STAGES if s.gpu]
-    verdict.fingerprint["tolerance"] = dict(task.tolerance)  # what "correct" meant (it may change per task)
+    tolerance = dict(task.tolerance)  # what "correct" meant (it may change per task)
     if task.output_tolerance or task.kind_output_scale:
-        verdict.fingerprint["tolerance"].update(outputs=task.output_tolerance, kind_scales=task.kind_output_scale)
+        tolerance.update(outputs=task.output_tolerance, kind_scales=task.kind_output_scale)
     if task.error_bound is not None:  # the per-element bound on top of atol / rtol, in words
-        verdict.fingerprint["tolerance"]["error_bound"] = task.error_bound_rule
-    verdict.fingerprint["stage_seconds"] = ctx.stage_seconds
+        tolerance["error_bound"] = task.error_bound_rule
+    stage_seconds: dict = {}
+    fingerprint = {"harness_version": xlang.HARNESS_VERSION, "xlang": xlang.__version__, "seed": seed,
+                   "workdir": str(workdir), "stages": [s.name for s in STAGES], "tolerance": tolerance,
+                   "stage_seconds": stage_seconds}
+    # which suite was asked, even where runtime cannot run; the check stage's record adds its figures
+    suite = {**task.suite(options.suite).describe(), "summary": None} if options.suite else None
+    verdict = V.Verdict(category=V.OK, lang=lang, task=task.name, arch=arch.name, shape=dict(shape),
+                        fingerprint=fingerprint, suite=suite)
+    ctx = Context(task, arch, backend, options, verdict, workdir, source, build, start_gpu=start_gpu, seed=seed,
+                  stage_seconds=stage_seconds)
+    static_stages, gpu_stages = [s for s in STAGES if not s.gpu], [s for s in STAGES if s.gpu]
     if options.static is not None and build is not None:  # screen, build and census ran where it was built
-        verdict.build, verdict.compiled, verdict.census_ok = build.to_dict(), True, options.static.get("census_ok")
+        record_static_findings(verdict, build.to_dict(), options.static.get("census_ok"))
         static = [tuple(f) for f in options.static.get("failures", ())]
     else:
         result = run_stages(static_stages, job, ctx)
@@ -113,8 +120,7 @@ def evaluate(source_or_build, lang: str, task, arch, shape: dict | None = None,
         ctx = Context(task, arch, backend, options, retry, workdir, source, ctx.build, start_gpu=start_gpu,
                       seed=seed, stage_seconds={s.name: ctx.stage_seconds[s.name] for s in static_stages
                                                 if s.name in ctx.stage_seconds})
-        retry.fingerprint["stage_seconds"] = ctx.stage_seconds
-        retry.fingerprint["harness_retry"] = {"first": detail[:2000], **quiet}
+        record_retry(retry, ctx.stage_seconds, detail, quiet)
         result = run_stages(gpu_stages, job, ctx, static)
         category, detail = decide(result, job, ctx)
     return finish(ctx, category, detail, started=started, label=label)
@@ -144,17 +150,7 @@ def finish(ctx: Context, category: str, detail: str, started: float, label: str)
     """The verdict is known: every stage still running is stopped, the GPU's lock released, the verdict written."""
     verdict = ctx.verdict
     release(ctx)
-    verdict.category, verdict.detail = category, detail
-    if category == V.HARNESS_ERROR:
-        V.not_judged(verdict, detail)
-    if category in (V.FORBIDDEN_CALL, V.INCORRECT, V.HOST_COMPUTE):
-        # Wherever found (the ncu stage too, after the timing): a vendor's work, a wrong answer under the
-        # profiler or an answer computed off the GPU is not a correct candidate, and its timing is never a
-        # speedup of one.
-        verdict.correct = False
-    if category == V.HOST_COMPUTE:
-        verdict.detail = detail + host_evidence_text(verdict)
-    verdict.fingerprint["seconds"] = round(time.monotonic() - started, 2)
+    conclude(verdict, category, detail, round(time.monotonic() - started, 2))
     try:
         replace_file(ctx.workdir / "verdict.json", json.dumps(verdict.to_dict(), indent=1, default=str))
         _archive(ctx.workdir, ctx.options, label)
@@ -185,17 +181,15 @@ def _coerce(task, arch):
 
 def start_gpu(job: Job, ctx: Context) -> bool:
     """Before the first GPU stage: the GPU of the architecture (False when none is here, and why in the verdict),
-    the shapes and trials drawn for this evaluation, the judge's spec, the timing gate, the GPU's lock."""
+    the shapes and trials drawn for this evaluation, the check's judge plan, the timing gate, the GPU's lock."""
     options, task, arch, backend, verdict = ctx.options, ctx.task, ctx.arch, ctx.backend, ctx.verdict
     build, workdir, seed, lang = ctx.build, ctx.workdir, ctx.seed, job.lang
     gpu = gpu_mod.find_gpu(arch) if options.run != "never" else None
     if gpu is None:
-        verdict.runtime_note = ("not run (runtime disabled)" if options.run == "never" else
-                                f"not run (no GPU of compute capability {arch.compute_capability / 10:.1f} here)")
+        record_not_run(verdict, "not run (runtime disabled)" if options.run == "never" else
+                       f"not run (no GPU of compute capability {arch.compute_capability / 10:.1f} here)")
         return False
     # ---- runtime: only on a GPU of the architecture's compute capability
-    verdict.runtime_ran = True
-    verdict.isolation = isolation_level()
     rng = random.Random(seed)
     shapes = options.shapes or task.draw_shapes(job.shape_dict, rng, options.drawn_shapes, fixed=options.fixed)
     kinds = list(getattr(task, "input_kinds", ("normal",)))
@@ -210,39 +204,39 @@ def start_gpu(job: Job, ctx: Context) -> bool:
         random.SystemRandom().randrange(1, 2**31 - 10**6)
     load = build.load_path
     readable = [str(Path(load).resolve())]  # the file the runner loads: nothing else of the build folder
-    spec = {
-        "lang": lang, "task": task.name, "arch": arch.name, "device": "cuda", "gpu_index": gpu.get("index"),
-        "gpu_minor": gpu.get("minor"),  # its /dev/nvidiaN: the jailed runners see that GPU only
-        "hello": {"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
-        "readable": readable, "seed_cache": str(backend.seed_cache(build) or ""),
-        "own_cubins": backend.own_cubins(build, workdir / "own-cubins"), "observer_library": library,
-        "kernels_on_disk": backend.kernels_on_disk, "jit_kernel_prefix": backend.jit_kernel_prefix,
-        "jit_cache": backend.jit_cache,
-        "hidden": [str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
-        "build_kernels": [k.name for k in build.kernels],
-        "build_kernel_stems": sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
-        "build_modules": sorted({k.cubin for k in build.kernels if k.cubin}),  # its cubins / shared objects
-        "trials": trials, "timed_shape": shapes[0], "memcheck_trials": memcheck_trials,
-        "ncu_trials": [(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
-        "timing": {"enabled": options.timing, "budget_s": options.timing_budget_s, "seed": timing_seed,
-                   "peer_budget_s": options.peer_timeout_s, "rest_ms": float(options.timing_rest_ms)},
-        "peers": peer_specs(task, options) if options.timing else [],
-        "call_timeout_s": options.check_timeout_s,
-        "suite": suite,  # the judge times each of its shapes after the timed one (candidate, then vendor)
-    }
-    ctx.check_limit_s = check_limit(options, spec["peers"]) + (len(suite["shapes"]) * SUITE_SHAPE_S if suite else 0)
+    peers = peer_specs(task, options) if options.timing else []
+    timing = TimingPlan(enabled=options.timing, budget_s=options.timing_budget_s, seed=timing_seed,
+                        peer_budget_s=options.peer_timeout_s, rest_ms=float(options.timing_rest_ms))
+    ctx.check_limit_s = check_limit(options, peers) + (len(suite["shapes"]) * SUITE_SHAPE_S if suite else 0)
     side_by_side = options.overlap and (options.memcheck or options.ncu)
     if side_by_side and options.timing:
         ctx.gate = TimingGate(workdir, ctx.check_limit_s)
         longest = options.memcheck_timeout_s + len(NCU_ATTEMPTS) * options.ncu_timeout_s
-        spec["timing"].update(gate=str(ctx.gate.path), gate_waiting=str(ctx.gate.waiting), gate_max_wait_s=longest + 60)
+        timing = dataclasses.replace(timing, gate=str(ctx.gate.path), gate_waiting=str(ctx.gate.waiting),
+                                     gate_max_wait_s=longest + 60)
+    plan = Plan(
+        mode="check", lang=lang, task=task.name, arch=arch.name, device="cuda", gpu_index=gpu.get("index"),
+        gpu_minor=gpu.get("minor"),  # its /dev/nvidiaN: the jailed runners see that GPU only
+        hello={"op": "hello", "device": "cuda", "lang": lang, "load": str(Path(load).resolve())},
+        readable=readable, seed_cache=str(backend.seed_cache(build) or ""),
+        own_cubins=backend.own_cubins(build, workdir / "own-cubins"), observer_library=library,
+        kernels_on_disk=backend.kernels_on_disk, jit_kernel_prefix=backend.jit_kernel_prefix,
+        jit_cache=backend.jit_cache,
+        hidden=[str(p) for p in peer_library_folders()],  # the candidate's jail never shows the peers
+        build_kernels=[k.name for k in build.kernels],
+        build_kernel_stems=sorted({k.meta["stem"] for k in build.kernels if k.meta.get("stem")}),
+        build_modules=sorted({k.cubin for k in build.kernels if k.cubin}),  # its cubins / shared objects
+        trials=trials, timed_shape=shapes[0], memcheck_trials=memcheck_trials,
+        ncu_trials=[(shapes[0], "normal", seed + 700), (shapes[0], "normal", seed + 701)],
+        timing=timing, peers=peers, call_timeout_s=options.check_timeout_s,
+        suite=suite,  # the judge times each of its shapes after the timed one (candidate, then vendor)
+    )
     ctx.held.append(gpu_mod.Exclusive(gpu).acquire())
-    fresh = gpu_mod._from_nvml() or [gpu]
-    verdict.fingerprint["gpu"] = next((g for g in fresh if g.get("index") == gpu.get("index")), gpu)
-    verdict.fingerprint.update(shapes=shapes, trials=[[format_trial(t)] for t in trials], observer=library is not None,
-                               observer_note=observer_note, isolation=verdict.isolation,
-                               seeds={"base": seed, "timing": timing_seed})
-    ctx.spec, ctx.gpu = spec, gpu
+    fresh = gpu_mod.from_nvml() or [gpu]
+    record_gpu_start(verdict, isolation_level(), next((g for g in fresh if g.get("index") == gpu.get("index")), gpu),
+                     shapes=shapes, trials=[[format_trial(t)] for t in trials], observer=library is not None,
+                     observer_note=observer_note, seeds={"base": seed, "timing": timing_seed})
+    ctx.plan, ctx.gpu = plan, gpu
     return True
 
 
@@ -321,24 +315,6 @@ def gpu_compute_text(executed: dict | None) -> str:
     if gc.get("status") == "unverified":
         return "GPU computation not verified (" + gc.get("detail", "") + ")"
     return "GPU computation not verified (Nsight Compute did not run)"
-
-
-def host_evidence_text(verdict: V.Verdict) -> str:
-    """What the observed calls showed of a host round trip (judge.host_evidence), for a host_compute detail."""
-    parts = []
-    for where, ev in (("the correctness trials", (verdict.correctness or {}).get("host")),
-                      ("the timed calls", (verdict.timing or {}).get("candidate_host"))):
-        if not ev:
-            continue
-        said = []
-        if ev.get("dtoh_bytes"):
-            said.append(f"device-to-host copies of up to {ev['dtoh_bytes']:,} bytes per call (its inputs: "
-                        f"{ev.get('input_bytes', 0):,} bytes)")
-        if ev.get("cpu_ms") is not None and ev.get("gpu_ms") is not None:
-            said.append(f"host CPU time {ev['cpu_ms']:.3g} ms per call against {ev['gpu_ms']:.3g} ms of GPU time")
-        if said:
-            parts.append(f"in {where}: " + "; ".join(said))
-    return ("; evidence " + "; ".join(parts)) if parts else ""
 
 
 def _observer_library() -> tuple[str | None, str]:

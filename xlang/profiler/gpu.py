@@ -33,13 +33,13 @@ def gpus() -> tuple[dict, ...]:
 
 @functools.cache
 def _present() -> tuple[dict, ...]:
-    found = _from_nvml()
+    found = from_nvml()
     if found is None:
         found = _from_nvidia_smi()
     return tuple(found or ())
 
 
-def _from_nvml() -> list[dict] | None:
+def from_nvml() -> list[dict] | None:
     try:
         import pynvml
     except ImportError:

@@ -135,7 +135,7 @@ def _descendants(root: int | None) -> list[int]:
     return found
 
 
-def _started(pid: int) -> str | None:
+def process_started(pid: int) -> str | None:
     """The process's start time (/proc/PID/stat field 22): with the PID it names one process, not a later one."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
@@ -196,7 +196,7 @@ class GpuWatch:
                 break
             time.sleep(0.05)
         if self.before is None:
-            self.before = {p: _started(p) for p in compute_processes(self.index) or []}
+            self.before = {p: process_started(p) for p in compute_processes(self.index) or []}
         self.xid_watch = xid_events(self.index) is not None  # and what was pending before the candidate ran is dropped
         self._t0 = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="xlang-gpuwatch", daemon=True)
@@ -236,7 +236,7 @@ class GpuWatch:
         own = []  # the candidate uid's holders that are neither the runner nor the tool's programs
         for pid in holders:
             if pid == self.me or pid in self.runner or (pid in (self.before or {})
-                                                         and self.before[pid] == _started(pid)):
+                                                         and self.before[pid] == process_started(pid)):
                 continue
             st = _status(pid)
             seen = {"pid": pid, "name": st.get("name", "not visible here"), "uid": st.get("uid"), "at_s": when,

@@ -3,7 +3,7 @@
 STAGES is the pipeline: `xlang eval` (xlang.profiler.evaluate.evaluate) and the agent loop (xlang.agent.runtime.
 assess, which compare and the Ray path go through) run it with run_stages(). The static stages (screen, build,
 census) run once per candidate, where it is built; the GPU stages run on a GPU of the architecture only
-(Context.start_gpu finds one and writes the judge's spec), each in a judge process of its own
+(Context.start_gpu finds one and writes the check's judge plan), each in a judge process of its own
 (xlang.profiler.stages.launch). A stage's failure is a (category, detail); the verdict is the first of them in
 xlang.verdict.STAGE_ORDER (evaluate.decide).
 
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from xlang import verdict as V
+from xlang.profiler.judge.plan import Plan
 from xlang.profiler.options import EvalOptions
 from xlang.profiler.stages import build, census, check, memcheck, ncu, screen
 from xlang.profiler.stages.base import Failure, StageBase  # noqa: F401 - StageBase: what a stage subclasses
@@ -98,7 +99,7 @@ class Context:
     build: Any = None  # the BuildResult: given, or the build stage's
     build_dir: Path | None = None  # where the build stage builds (default workdir / "build")
     build_fn: Callable | None = None  # (code, lang, task, arch, shape, workdir=) -> BuildResult; None: build_candidate
-    start_gpu: Callable[[Job, Context], bool] | None = None  # finds the GPU, writes `spec`; False: none here
+    start_gpu: Callable[[Job, Context], bool] | None = None  # finds the GPU, writes `plan`; False: none here
     on_stage: Callable[[str], None] | None = None  # told each stage's name before it runs (progress displays)
     stage_seconds: dict = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(3))
@@ -107,7 +108,7 @@ class Context:
     done: dict = field(default_factory=dict)  # stage name -> Event, set when its work ended
     off_gpu: dict = field(default_factory=dict)  # stage name -> Event a stage may set once it has left the GPU
     reports: dict = field(default_factory=dict)  # stage name -> what its work left for its record
-    spec: dict | None = None  # the judge's spec (GPU stages)
+    plan: Plan | None = None  # the check's judge plan (start_gpu); each GPU stage's plan() derives its own
     gpu: dict | None = None
     gate: Any = None  # the check's TimingGate, when stages run beside it
     check_limit_s: float = 0.0
@@ -148,7 +149,7 @@ def run_stages(stages, job: Job, ctx: Context, static_failures=()) -> Result:
     for stage in stages:
         if stage.name in finished:
             continue
-        if stage.gpu and ctx.spec is None and not (ctx.start_gpu and ctx.start_gpu(job, ctx)):
+        if stage.gpu and ctx.plan is None and not (ctx.start_gpu and ctx.start_gpu(job, ctx)):
             return Result(static_kept, stopped=False, ran_gpu=False)
         if ctx.on_stage:
             ctx.on_stage(stage.name)
@@ -172,7 +173,7 @@ def run_stages(stages, job: Job, ctx: Context, static_failures=()) -> Result:
             failure = lead.result()
         failure = stage.record(job, ctx, failure)
         if failure and stage.stops:
-            return Result([failure] + gpu_kept + static_kept, stopped=True, ran_gpu=ctx.spec is not None)
+            return Result([failure] + gpu_kept + static_kept, stopped=True, ran_gpu=ctx.plan is not None)
         if failure:
             (gpu_kept if stage.gpu else static_kept).append(failure)
         if started and not side:
@@ -183,7 +184,7 @@ def run_stages(stages, job: Job, ctx: Context, static_failures=()) -> Result:
             if kept:
                 (gpu_kept if s.gpu else static_kept).append(kept)
             finished.add(s.name)
-    return Result(gpu_kept + static_kept, stopped=False, ran_gpu=ctx.spec is not None)
+    return Result(gpu_kept + static_kept, stopped=False, ran_gpu=ctx.plan is not None)
 
 
 def first(failures) -> Failure:
@@ -197,3 +198,92 @@ def static_conclusion(failures, note: str, arch, required) -> Failure:
         category, detail = first(failures)
         return category, detail + "; " + note
     return V.STATIC_OK, f"compiled for {arch.sm} with {', '.join(required)} present; {note}"
+
+
+# ---- the pipeline's own writes to the verdict; every other write is a stage's record (stages/*.py) ------------
+
+def record_static_findings(verdict: V.Verdict, build: dict, census_ok: bool | None) -> None:
+    """What the static stages found where the candidate was built (options.static: xlang.agent.runtime.assess)."""
+    verdict.build, verdict.compiled, verdict.census_ok = build, True, census_ok
+
+
+def record_not_run(verdict: V.Verdict, note: str) -> None:
+    """The GPU stages did not run, and why (no GPU of the architecture here, runtime off, the runtime failed)."""
+    verdict.runtime_note = note
+
+
+def record_gpu_start(verdict: V.Verdict, isolation: str, gpu: dict, **fingerprint) -> None:
+    """The GPU stages start (Context.start_gpu): the jail level here, the GPU, the shapes, trials and seeds drawn."""
+    verdict.runtime_ran = True
+    verdict.isolation = isolation
+    verdict.fingerprint["gpu"] = gpu
+    shapes, trials = fingerprint.pop("shapes"), fingerprint.pop("trials")
+    verdict.fingerprint.update(shapes=shapes, trials=trials, observer=fingerprint.pop("observer"),
+                               observer_note=fingerprint.pop("observer_note"), isolation=isolation, **fingerprint)
+
+
+def record_retry(verdict: V.Verdict, stage_seconds: dict, first_detail: str, quiet: dict) -> None:
+    """A verdict judged again after a harness_error (evaluate): the static stages' seconds, why and how long the
+    GPU was waited for."""
+    verdict.fingerprint["stage_seconds"] = stage_seconds
+    verdict.fingerprint["harness_retry"] = {"first": first_detail[:2000], **quiet}
+
+
+def conclude(verdict: V.Verdict, category: str, detail: str, seconds: float | None = None) -> None:
+    """The verdict is known (evaluate.finish): its category and detail, and what follows from them."""
+    verdict.category, verdict.detail = category, detail
+    if category == V.HARNESS_ERROR:
+        V.not_judged(verdict, detail)
+    if category in (V.FORBIDDEN_CALL, V.INCORRECT, V.HOST_COMPUTE):
+        # Wherever found (the ncu stage too, after the timing): a vendor's work, a wrong answer under the
+        # profiler or an answer computed off the GPU is not a correct candidate, and its timing is never a
+        # speedup of one.
+        verdict.correct = False
+    if category == V.HOST_COMPUTE:
+        verdict.detail = detail + host_evidence_text(verdict)
+    if seconds is not None:
+        verdict.fingerprint["seconds"] = seconds
+
+
+def settle(verdict: V.Verdict, failure: Failure) -> None:
+    """A conclusion reached without the GPU stages (the agent loop's static paths): its category and detail only."""
+    verdict.category, verdict.detail = failure
+
+
+def record_toolchain(verdict: V.Verdict, versions: dict, replace: bool) -> None:
+    """The toolchain the verdict was made with (xlang.agent.buildinfo.toolchain_versions): the fingerprint's
+    only entry after the static stages (replace), else kept where the runtime's verdict has it already."""
+    if replace:
+        verdict.fingerprint = {"toolchain": versions}
+    else:
+        verdict.fingerprint = {**(verdict.fingerprint or {})}
+        verdict.fingerprint.setdefault("toolchain", versions)
+
+
+def record_build_resources(verdict: V.Verdict, build: dict, resources: list) -> None:
+    """The registers and spills of each kernel (xlang.agent.buildinfo.kernel_resources) in the verdict's build:
+    `build` is the static stages' record of it, for a verdict (the runtime's) that has none or has it without them."""
+    if verdict.build is None:
+        verdict.build = build
+    elif verdict.build is build:
+        build["resources"] = resources
+    elif "resources" not in verdict.build:
+        verdict.build = {**verdict.build, "resources": resources}
+
+
+def host_evidence_text(verdict: V.Verdict) -> str:
+    """What the observed calls showed of a host round trip (judge/observed.py host_evidence), for a host_compute detail."""
+    parts = []
+    for where, ev in (("the correctness trials", (verdict.correctness or {}).get("host")),
+                      ("the timed calls", (verdict.timing or {}).get("candidate_host"))):
+        if not ev:
+            continue
+        said = []
+        if ev.get("dtoh_bytes"):
+            said.append(f"device-to-host copies of up to {ev['dtoh_bytes']:,} bytes per call (its inputs: "
+                        f"{ev.get('input_bytes', 0):,} bytes)")
+        if ev.get("cpu_ms") is not None and ev.get("gpu_ms") is not None:
+            said.append(f"host CPU time {ev['cpu_ms']:.3g} ms per call against {ev['gpu_ms']:.3g} ms of GPU time")
+        if said:
+            parts.append(f"in {where}: " + "; ".join(said))
+    return ("; evidence " + "; ".join(parts)) if parts else ""

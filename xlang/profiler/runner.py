@@ -57,7 +57,7 @@ def _sync(device: str) -> None:
 
 def _primer(tensor):
     """Before a timed call: one tiny kernel, finished before the call starts, that the judge leaves out of the
-    call's span (stages/timing.py without_primer). Under the CUPTI observer the first launch after a flush of its records
+    call's span (judge/timing.py without_primer). Under the CUPTI observer the first launch after a flush of its records
     is followed by ~0.8 ms in which the host launches nothing (where, in CUPTI or in our callbacks, was not
     found): on the H200 (2026-12-01) backward calls of 3 kernels idled 0.6-0.9 ms after their first, whether
     launched through cudaLaunchKernel (cuda_ptx, CuTe DSL) or the driver API (Triton); cuDNN's did not. That
@@ -180,7 +180,7 @@ def serve(sock: socket.socket) -> None:
 
 
 def probe(device: str, nvtx: str) -> int:
-    """What the judge runs under a tool to find the jail the tool works in (stages/process.py tool_jail_variant): one
+    """What the judge runs under a tool to find the jail the tool works in (judge/process.py tool_jail_variant): one
     kernel, inside the NVTX range Nsight Compute's filter names. No candidate code."""
     if device == "cuda":
         import torch

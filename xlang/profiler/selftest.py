@@ -37,10 +37,11 @@ def main(argv: list[str]) -> int:
     if mode == "exit":
         return int(argv[1])
     if mode == "gate":
-        from xlang.profiler.stages.timing import wait_at_gate
+        from xlang.profiler.judge.plan import TimingPlan
+        from xlang.profiler.judge.timing import wait_at_gate
 
         time.sleep(float(argv[3]))
-        go = wait_at_gate({"gate": argv[1], "gate_waiting": argv[2]}, lambda text: None)
+        go = wait_at_gate(TimingPlan(gate=argv[1], gate_waiting=argv[2]), lambda text: None)
         print("go" if go else "skip", flush=True)
         time.sleep(float(argv[4]))
         return 0

@@ -207,7 +207,7 @@ CASES = (({"M": 77, "N": 208, "K": 384}, 1), ({"M": 130, "N": 144, "K": 512}, 2)
 
 def run_cases(rules, bugs=(), cases=CASES, quiet=False):
     """True when the static checks pass and the model matches the task's reference on every case and input kind."""
-    from xlang.profiler.stages.check import compare_output
+    from xlang.profiler.judge.verify import compare_output
     from xlang.task import get_task
 
     task = get_task("gemm_fp8_blockscale")

@@ -139,7 +139,7 @@ CASES = (({"M": 130, "N": 144, "K": 256}, 1), ({"M": 7, "N": 272, "K": 384}, 2),
 
 def run_cases(bugs=(), cases=CASES, quiet=False):
     """True when the model matches the task's reference on every case and input kind."""
-    from xlang.profiler.stages.check import compare_output
+    from xlang.profiler.judge.verify import compare_output
     from xlang.task import get_task
 
     task = get_task("gemm_fp8_blockscale")

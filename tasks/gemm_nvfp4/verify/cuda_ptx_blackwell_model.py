@@ -232,7 +232,7 @@ CASES = (({"M": 130, "N": 144, "K": 256}, 1), ({"M": 7, "N": 272, "K": 384}, 2),
 
 
 def run_cases(rules, bugs=(), cases=CASES, quiet=False):
-    from xlang.profiler.stages.check import compare_output
+    from xlang.profiler.judge.verify import compare_output
     from xlang.task import get_task
 
     task = get_task("gemm_nvfp4")

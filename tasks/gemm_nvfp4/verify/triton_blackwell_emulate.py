@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from xlang.candidate import load_module  # noqa: E402
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
 EXPERT = ROOT / "tasks" / "gemm_nvfp4" / "solutions" / "triton_blackwell.py"

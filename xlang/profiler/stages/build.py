@@ -24,11 +24,14 @@ class Build(StageBase):
                 ctx.build = xlang.backend.build_candidate(ctx.source, job.lang, ctx.task, ctx.arch, job.shape_dict,
                                                           job.required, workdir=where)
             ctx.stage_seconds["build"] = round(time.monotonic() - t0, 2)
-        ctx.verdict.build = ctx.build.to_dict()
-        ctx.verdict.compiled = bool(ctx.build.ok)
         if not ctx.build.ok:
             return V.COMPILE_ERROR, ctx.build.error or "the build failed"
         return None
+
+    def record(self, job, ctx, failure: Failure | None) -> Failure | None:
+        ctx.verdict.build = ctx.build.to_dict()
+        ctx.verdict.compiled = bool(ctx.build.ok)
+        return failure
 
 
 STAGE = Build()

@@ -19,7 +19,6 @@ class Census(StageBase):
         families missing, else None."""
         build, arch = ctx.build, ctx.arch
         missing = list(build.census.missing) if build.census is not None else []
-        ctx.verdict.census_ok = build.census is not None and not missing
         # The contract accumulates in fp32: an MMA that accumulates in fp16 in any compiled kernel is a violation
         # whether or not a trial happens to expose it (it cannot be told for every input), so it is incorrect here.
         narrow = build.census.narrow_accumulate if build.census is not None and ctx.task.accumulator == "fp32" else []
@@ -29,6 +28,11 @@ class Census(StageBase):
             return (V.MISSING_INSTRUCTIONS, f"static SASS census ({arch.sm}): required famil"
                     f"{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)} not in any compiled kernel")
         return None
+
+    def record(self, job, ctx, failure: Failure | None) -> Failure | None:
+        census = ctx.build.census
+        ctx.verdict.census_ok = census is not None and not list(census.missing)
+        return failure
 
 
 def narrow_accumulate_detail(found: list[dict], where: str) -> str:

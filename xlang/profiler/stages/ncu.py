@@ -15,19 +15,20 @@ from xlang import verdict as V
 from xlang.profiler import executed, sass_identity
 from xlang.profiler import ncu as ncu_mod
 from xlang.profiler.options import EvalOptions
-from xlang.profiler.stages.base import Failure, StageBase, take_output
+from xlang.profiler.judge.plan import Plan
+from xlang.profiler.stages.base import Failure, GpuStage, take_output
 from xlang.profiler.stages.census import narrow_accumulate_detail
-from xlang.profiler.stages.check import _UTILITY_KERNEL
 from xlang.profiler.gpuwatch import GPU_NOT_ALONE
-from xlang.profiler.stages.launch import _tail, run_stage, stage_env, stage_failure
+from xlang.profiler.judge.observed import UTILITY_KERNEL
+from xlang.profiler.stages.launch import last_lines, run_stage, stage_env, stage_failure
 from xlang.toolchain import find_tool
 from xlang.untrusted import write_new
 
 
-def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, cancel=None,
+def ncu_stage(plan: Plan, workdir: Path, options: EvalOptions, gpu: dict, arch, required, task, cancel=None,
               gpu_free: threading.Event | None = None, check_done: threading.Event | None = None):
-    """The profiled call is the last of spec["ncu_trials"] (an NVTX range; the calls before it compile and
-    autotune). Its kernels are compared with an observed timed call's in Ncu.record.
+    """plan: the stage's (Ncu.plan); each attempt adds its tool's command. The profiled call is the last of
+    plan.trials (an NVTX range; the calls before it compile and autotune). Its kernels are compared with an observed timed call's in Ncu.record.
     gpu_free is set once a report is written and the profiled process is gone: reading the report needs no
     GPU, so the check's timing need not wait for it. A later attempt then waits for check_done, so that no
     profile ever runs beside the timing."""
@@ -41,13 +42,12 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             while not check_done.wait(0.2) and not (cancel is not None and cancel.is_set()):
                 pass  # the check may be timing now; a cancelled verdict needs no second profile
         prefix = ncu_mod.profile_command(str(tool), "{REPORT}", [], replay=replay, nvtx=True)
-        run = run_stage({**spec, "mode": "ncu", "tool": prefix, "trials": spec["ncu_trials"],
-                         "nvtx_last": ncu_mod.NVTX_RANGE},
-                        workdir, "ncu", options.ncu_timeout_s, env=stage_env(options, gpu), cancel=cancel)
+        run = run_stage(plan.but(tool=prefix), workdir, "ncu", options.ncu_timeout_s, env=stage_env(options, gpu),
+                        cancel=cancel)
         report_file = run.stage_dir / "report.ncu-rep"  # the judge copied it here from where ncu wrote it
         attempt = {"replay": replay, "seconds": round(run.seconds, 2), "timed_out": run.child.timed_out,
-                   "isolation": (run.result or {}).get("isolation"),
-                   "jail_ladder": (run.result or {}).get("jail_ladder")}
+                   "isolation": run.result and run.result.isolation,
+                   "jail_ladder": run.result and run.result.jail_ladder}
         attempts.append(attempt)
         if run.child.timed_out or run.child.cancelled:
             break
@@ -58,19 +58,21 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
             attempt["kernels"] = len(profiles)
             if profiles:
                 break
-        elif _ncu_saw_no_kernel("".join((run.result or {}).get(k) or "" for k in ("runner_stdout", "runner_stderr"))):
+        elif _ncu_saw_no_kernel("".join(x or "" for x in ((run.result.runner_stdout, run.result.runner_stderr)
+                                                            if run.result else ()))):
             attempt["kernels"] = 0
-        if run.result is not None and run.result.get("status") not in (None, "ok"):
+        if run.result is not None and run.result.status not in (None, "ok"):
             break  # the candidate itself failed: another replay mode will not help
-    info = {"ran": bool(profiles), "attempts": attempts, "shape": spec["ncu_trials"][0][0],
-            "gpu_watch": (run.result or {}).get("gpu_watch") if run else None,
-            "candidate_output": (run.result or {}).get("candidate_output") if run else None,
+    report = run.result if run else None
+    info = {"ran": bool(profiles), "attempts": attempts, "shape": plan.trials[0][0],
+            "gpu_watch": report and report.gpu_watch,
+            "candidate_output": report and report.candidate_output,
             "isolation": attempts[-1].get("isolation") if attempts else None}
-    if run is not None and (run.result or {}).get("status") == "forbidden_call":  # whatever the report says
-        return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + run.result.get("detail", ""))
-    if run is not None and (run.result or {}).get("harness") == GPU_NOT_ALONE:  # a report may be there: not judged
+    if report and report.status == "forbidden_call":  # whatever the profile says
+        return info, (V.FORBIDDEN_CALL, "under Nsight Compute: " + (report.detail or ""))
+    if report and report.harness == GPU_NOT_ALONE:  # a profile may be there: not judged
         return info, stage_failure("ncu", run, options.ncu_timeout_s)
-    if not profiles and run is not None and (run.result or {}).get("status") == "ok" \
+    if not profiles and report and report.status == "ok" \
             and any(a.get("kernels") == 0 for a in attempts):
         # The call ran and passed, yet no kernel was launched by the calling thread inside it (NVTX ranges
         # are per thread): the work went to another thread, where no instruction count can be tied to the call.
@@ -79,12 +81,11 @@ def ncu_stage(spec: dict, workdir: Path, options: EvalOptions, gpu: dict, arch, 
                                       "be shown to execute (the contract: launch on the calling thread)")
     if not profiles:
         judged = stage_failure("ncu", run, options.ncu_timeout_s) if run else None
-        why = judged[1] if judged else _tail(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
+        why = judged[1] if judged else last_lines(run.child.stdout + "\n" + run.child.stderr, 8) if run else ""
         cat = judged[0] if judged and judged[0] in (V.TIMEOUT, V.INCORRECT, V.MEMORY_ERROR, V.HARNESS_ERROR) \
             else V.RUNTIME_ERROR
         return info, (cat, f"Nsight Compute could not profile the candidate's call: {why}")
-    return ncu_judgement(info, profiles, spec, arch, required, task,
-                         jit_modules=(run.result or {}).get("jit_modules") or [])
+    return ncu_judgement(info, profiles, plan, arch, required, task, jit_modules=(report and report.jit_modules) or [])
 
 
 def _ncu_saw_no_kernel(tool_output: str) -> bool:
@@ -95,7 +96,7 @@ def _ncu_saw_no_kernel(tool_output: str) -> bool:
     return "No kernels were profiled" in tool_output and "==ERROR==" not in tool_output
 
 
-def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_modules=()):
+def ncu_judgement(info: dict, profiles, plan: Plan, arch, required, task, jit_modules=()):
     """The instructions the profiled call executed, and what they say. Every kernel in it is the candidate's doing
     (the runner launches nothing of its own). Whose code each kernel is, is decided by its code, not its name
     (ncu_provenance): a kernel whose SASS is, instruction for instruction, a function of a module the candidate's
@@ -105,9 +106,9 @@ def ncu_judgement(info: dict, profiles, spec: dict, arch, required, task, jit_mo
     candidate's call launched them) and, for a JIT that keeps its code in memory (CuTe DSL: no module on disk for
     a specialisation its build did not make), a kernel under a name its build compiled. _same_kernels then ties
     this call to an observed one."""
-    decided, forbidden = ncu_provenance(profiles, spec, jit_modules)
+    decided, forbidden = ncu_provenance(profiles, plan, jit_modules)
     names = sorted({d["name"] for d in decided if d["by"] != "forbidden"})
-    shape = spec["ncu_trials"][-1][0]
+    shape = plan.trials[-1][0]  # the profiled call's
     summary = executed.summarize(profiles, names, arch.families, required, task_flops=task.flops(shape))
     info = {**info, "profiled_names": sorted(p.name for p in profiles), **summary, "provenance": decided}
     # every launch under a name must be the candidate's code (an impostor first and the real kernel after is False)
@@ -160,15 +161,15 @@ def executed_narrow_accumulate(profiles, own_names, families) -> list[dict]:
     return [{"kernel": k, "opcode": op, "threads": n} for (k, op), n in sorted(found.items())]
 
 
-def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], list[dict]]:
+def ncu_provenance(profiles, plan: Plan, jit_modules=()) -> tuple[list[dict], list[dict]]:
     """Per profiled launch: {name, by, ...} with by 'code' (its SASS is a function of the candidate's build or
     JIT-cache modules: `matched` names it), 'utility' (torch's fill / copy / elementwise kernels), 'name' (no SASS
     listing on the page, or a JIT that keeps kernels in memory: the name rule of before), or 'forbidden' (`why`);
     and the forbidden ones. The build's modules are disassembled first, the JIT's only when a kernel matches none."""
     from xlang import census
-    built = [n for n in spec.get("build_kernels", []) if n]
-    on_disk = spec.get("kernels_on_disk", True)
-    sources = {"build": list(spec.get("build_modules") or []), "jit": [str(m) for m in jit_modules]}
+    built = [n for n in plan.build_kernels if n]
+    on_disk = plan.kernels_on_disk
+    sources = {"build": list(plan.build_modules or []), "jit": [str(m) for m in jit_modules]}
     index: dict = {}
     read: set = set()
 
@@ -195,7 +196,7 @@ def ncu_provenance(profiles, spec: dict, jit_modules=()) -> tuple[list[dict], li
         entry = {"name": p.name}
         if isinstance(matched, str):
             entry.update(by="code", matched=matched)
-        elif _UTILITY_KERNEL.search(p.name) and not ncu_mod.forbidden_reason(p.name):
+        elif UTILITY_KERNEL.search(p.name) and not ncu_mod.forbidden_reason(p.name):
             entry.update(by="utility")
         elif matched is None or not on_disk:
             # No listing to compare (the page lacks this kernel's SASS), or CuTe DSL's in-memory JIT: the name rule
@@ -222,7 +223,7 @@ def _same_kernels(executed: dict | None, observed: list | None, observed_first: 
     """One observed world: the kernels Nsight Compute profiled in its call must be, name for name and count for
     count, the candidate's own kernels the observer saw in a timed call (`observed`: the last one;
     `observed_first`: the first, a fresh set of buffers as the profiled call has, where lazy per-buffer work is
-    honest). Both lists hold only kernels from the candidate's own modules (check._own_names), so a kernel of
+    honest). Both lists hold only kernels from the candidate's own modules (check.own_names), so a kernel of
     its own is compared whatever its name; on the Nsight Compute side, which has names only, a torch-utility
     name (fill, copy, index...) the candidate's own modules never ran is torch's and left out (it only adds
     non-tensor-core math under the profiler). A candidate that behaves differently under the profiler, or
@@ -235,7 +236,7 @@ def _same_kernels(executed: dict | None, observed: list | None, observed_first: 
         return sorted("".join(x.split())[:200] for x in names)
 
     own = set(norm(observed)) | set(norm(observed_first or []))
-    ncu = [n for n in norm(profiled) if n in own or not _UTILITY_KERNEL.search(n)]
+    ncu = [n for n in norm(profiled) if n in own or not UTILITY_KERNEL.search(n)]
     if any(ncu == norm(o) for o in (observed, observed_first) if o is not None):
         return None
     only_ncu = sorted(set(ncu) - set(norm(observed)))
@@ -270,8 +271,8 @@ def _ncu_imports(tool: str, report: Path, workdir: Path) -> list:
 NCU_ATTEMPTS = ("kernel", "application")  # every kernel of the runner process
 
 
-class Ncu(StageBase):
-    name, gpu, stops, beside = "ncu", True, False, "check"
+class Ncu(GpuStage):
+    name, stops, beside = "ncu", False, "check"
     categories = (V.INCORRECT, V.HOST_COMPUTE, V.NOT_EXECUTED, V.FORBIDDEN_CALL, V.TIMEOUT, V.RUNTIME_ERROR,
                   V.HARNESS_ERROR)
     runs = "Nsight Compute"
@@ -279,33 +280,35 @@ class Ncu(StageBase):
     def enabled(self, job, ctx) -> bool:
         return ctx.options.ncu
 
-    def run(self, job, ctx) -> Failure | None:
+    def plan(self, job, ctx) -> Plan:
+        return ctx.plan.but(mode="ncu", trials=ctx.plan.ncu_trials, nvtx_last=ncu_mod.NVTX_RANGE)
+
+    def launch(self, plan: Plan, job, ctx):
+        """-> (its record of the profile: what executed, whose code it was; its failure)."""
         # Beside the check: its GPU is free once the profile is taken (off_gpu), and a second attempt waits until
         # the check (and its timing) is done, so that no profile ever runs beside the timing.
         beside = {"gpu_free": ctx.off_gpu[self.name], "check_done": ctx.done[self.beside]} if ctx.options.overlap \
             else {}
-        ctx.reports[self.name], failure = ncu_stage(ctx.spec, ctx.workdir, ctx.options, ctx.gpu, ctx.arch,
-                                                    job.required, ctx.task, ctx.cancel[self.name], **beside)
-        return failure
+        return ncu_stage(plan, ctx.workdir, ctx.options, ctx.gpu, ctx.arch, job.required, ctx.task,
+                         ctx.cancel[self.name], **beside)
 
-    def record(self, job, ctx, failure: Failure | None) -> Failure | None:
+    def record_report(self, info, verdict, failure: Failure | None, reports: dict) -> Failure | None:
         """Its own failure, else the profiled call's kernels against an observed timed call's (not_executed,
         which no failure of its own comes after)."""
-        verdict = ctx.verdict
-        if self.name not in ctx.reports:
+        if info is None:
             verdict.executed = {"ran": False, "note": "skipped (--no-ncu): instructions not verified at run time, "
                                                       "nor that the GPU computed the answer (its FLOPs against the "
                                                       "task's)"}
             verdict.fingerprint["stage_isolation"]["ncu"] = None
             return None
-        verdict.executed = ctx.reports[self.name]
+        verdict.executed = info
         take_output(verdict, "ncu", verdict.executed)
         verdict.fingerprint["stage_isolation"]["ncu"] = (verdict.executed or {}).get("isolation")
         verdict.executed_ok = True if failure is None else \
             False if failure[0] in (V.NOT_EXECUTED, V.HOST_COMPUTE) else None
-        check = ctx.reports["check"].result or {}
-        return failure or _same_kernels(verdict.executed, check.get("timed_call_kernels"),
-                                        check.get("timed_first_call_kernels"))
+        check = reports["check"].result  # the check's judge's Report (None: it wrote none)
+        return failure or _same_kernels(verdict.executed, check and check.timed_call_kernels,
+                                        check and check.timed_first_call_kernels)
 
 
 STAGE = Ncu()

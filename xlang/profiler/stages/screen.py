@@ -12,12 +12,16 @@ class Screen(StageBase):
 
     def run(self, job, ctx) -> Failure | None:
         if not ctx.source.strip():
-            ctx.verdict.compiled = False
             return V.NO_CODE, "no candidate code"
         reasons = ctx.backend.screen(ctx.source)
         if reasons:
             return V.FORBIDDEN_CALL, "static screen: " + "; ".join(reasons)
         return None
+
+    def record(self, job, ctx, failure: Failure | None) -> Failure | None:
+        if failure is not None and failure[0] == V.NO_CODE:  # nothing to compile
+            ctx.verdict.compiled = False
+        return failure
 
 
 STAGE = Screen()

@@ -16,7 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from xlang.profiler.gpuwatch import GPU_NOT_ALONE, _started, compute_processes  # one copy, shared with the GPU watch
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE, process_started, compute_processes  # one copy, shared with the GPU watch
+from xlang.profiler.judge.plan import Plan
 
 
 class CandidateError(Exception):
@@ -34,7 +35,7 @@ class Outcome(Exception):
         self.status, self.detail = status, detail
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else "no detail")[:300]
 
@@ -47,15 +48,15 @@ class RunnerGone(Exception):
         self.timed_out, self.fault = timed_out, fault
 
 
-def stage_uids(spec: dict) -> list[int]:
+def stage_uids(plan: Plan) -> list[int]:
     """The uids a stage's processes run as, the candidate's first (4 slots per GPU: check, memcheck, ncu and
     the check stage's vendor baseline, whose slot the peers then take one after another), so that no two
     stages that can run at the same time share one. The parent kills them all after the stage, whatever became
     of the judge."""
     from xlang.sandbox import uid_for_slot
 
-    base = 4 * int(spec.get("gpu_index") or 0)
-    mode = spec.get("mode", "check")
+    base = 4 * int(plan.gpu_index or 0)
+    mode = plan.mode
     if mode == "check":
         return [uid_for_slot(base), uid_for_slot(base + 3)]
     return [uid_for_slot(base + {"memcheck": 1, "ncu": 2}.get(mode, 3))]
@@ -64,36 +65,36 @@ def stage_uids(spec: dict) -> list[int]:
 class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
-    def __init__(self, spec: dict, role: str, hello: dict | None, tool: list[str] | None = None, observer=None):
+    def __init__(self, plan: Plan, role: str, hello: dict | None, tool: list[str] | None = None, observer=None):
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
         from xlang.backend import jit_env
-        from xlang.children import _Tail
+        from xlang.children import OutputTail
         from xlang.sandbox import Jail, child_env
         from xlang.untrusted import copy_untrusted_tree
 
         self.role, self.observer, self.killed = role, observer, False
         self.watch = None  # the stage's GpuWatch (the candidate's runner only), armed by start()
-        stage_dir = Path(spec["stage_dir"])
+        stage_dir = Path(plan.stage_dir)
         # A fresh home for every process (never one a candidate had before, with its links), in the judge's
         # folder; the judge writes into it only before the process starts (the seed cache), never after.
         home = Path(tempfile.mkdtemp(prefix=f"{role}-home-", dir=stage_dir))
-        readable = [Path(p) for p in spec.get("readable", []) if Path(p).exists()]
+        readable = [Path(p) for p in plan.readable if Path(p).exists()]
         if observer is not None:
             readable.append(observer.library.parent)
-        seed_cache = spec.get("seed_cache")  # the build's JIT cache: this same candidate's, the judge's copy
-        if seed_cache and spec.get("jit_cache") and Path(seed_cache).is_dir() and role == "candidate":
-            copy_untrusted_tree(Path(seed_cache), home / spec["jit_cache"])
+        seed_cache = plan.seed_cache  # the build's JIT cache: this same candidate's, the judge's copy
+        if seed_cache and plan.jit_cache and Path(seed_cache).is_dir() and role == "candidate":
+            copy_untrusted_tree(Path(seed_cache), home / plan.jit_cache)
         self.home = home
-        self.uid = stage_uids(spec)[0 if role == "candidate" or tool else -1]
-        variant, self.ladder = ("all", None) if not tool else tool_jail_variant(spec, list(tool))
-        jail = Jail(home=home, readable=readable, gpu=spec["device"] == "cuda", namespaces=variant, uid=self.uid,
-                    gpu_node=spec.get("gpu_minor"), tools=tool_folders(tool),
-                    hidden=[Path(p) for p in spec.get("hidden", [])] if role == "candidate" else [])
+        self.uid = stage_uids(plan)[0 if role == "candidate" or tool else -1]
+        variant, self.ladder = ("all", None) if not tool else tool_jail_variant(plan, list(tool))
+        jail = Jail(home=home, readable=readable, gpu=plan.device == "cuda", namespaces=variant, uid=self.uid,
+                    gpu_node=plan.gpu_minor, tools=tool_folders(tool),
+                    hidden=[Path(p) for p in plan.hidden] if role == "candidate" else [])
         jail.prepare()
         self.jail, self.isolation = jail, jail.isolation()
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno()), spec["device"]]
+        runner_cmd = [sys.executable, "-m", "xlang.profiler.runner", str(child.fileno()), plan.device]
         fds = [child.fileno()]
         self.tool_log = self.tool_report = None
         if tool:
@@ -107,7 +108,7 @@ class Runner:
             self.tool_cmd = tool
         else:
             cmd = jail.command(runner_cmd)
-        env = child_env(jail=jail, extra={**jit_env(home), **dict(spec.get("env") or {}),
+        env = child_env(jail=jail, extra={**jit_env(home), **dict(plan.env or {}),
                                           **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
         if observer is not None:
             obs_env, obs_fds = observer.child_args()
@@ -120,9 +121,9 @@ class Runner:
         child.close()
         if observer is not None:
             observer.start()
-        self.out, self.err = _Tail(self.proc.stdout, 64 << 10), _Tail(self.proc.stderr, 64 << 10)
+        self.out, self.err = OutputTail(self.proc.stdout, 64 << 10), OutputTail(self.proc.stderr, 64 << 10)
         self.started = time.monotonic()
-        self.load_timeout_s = float(spec.get("load_timeout_s", 180))
+        self.load_timeout_s = float(plan.load_timeout_s)
         if hello is not None:
             self.start(hello)
 
@@ -284,7 +285,7 @@ INJECTION_FAILED = ("terminated before the first instrumented API call", "before
 LADDER_VERSION = 1
 
 
-def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
+def tool_jail_variant(plan: Plan, tool: list[str]) -> tuple[str, list[dict]]:
     """The strongest jail (sandbox.VARIANTS, in order) in which this tool works with a target of ours: every
     variant is tried with a trusted probe (the runner's `probe`: one CUDA kernel inside the NVTX range Nsight
     Compute's filter names, no candidate code) under the same tool command until the tool ends well and wrote
@@ -296,7 +297,7 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
 
     if level() == "process":
         return "uid", [{"variant": "uid", "ok": None, "why": "no bubblewrap here"}]
-    key = hashlib.sha256(json.dumps([tool, spec["device"], spec.get("nvtx_last"), level(), bwrap_path(),
+    key = hashlib.sha256(json.dumps([tool, plan.device, plan.nvtx_last, level(), bwrap_path(),
                                      os.uname().release, LADDER_VERSION]).encode()).hexdigest()[:24]
     cache = Path(os.environ.get("XLANG_CACHE", Path.home() / ".cache" / "xlang")) / "jail-ladder" / f"{key}.json"
     try:
@@ -307,7 +308,7 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
         pass
     tried = []
     for variant in VARIANTS:
-        ok, why = _probe_tool(spec, tool, variant)
+        ok, why = _probe_tool(plan, tool, variant)
         tried.append({"variant": variant, "ok": ok, "why": why})
         if ok:
             break
@@ -320,23 +321,23 @@ def tool_jail_variant(spec: dict, tool: list[str]) -> tuple[str, list[dict]]:
     return chosen, tried
 
 
-def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
+def _probe_tool(plan: Plan, tool: list[str], variant: str, timeout_s: float = 40.0) -> tuple[bool, str]:
     # 40 s: a tool that hangs at one variant must leave the stage (300 s) time for the next ones and its run
     from xlang.backend import jit_env
     from xlang.children import run_child
     from xlang.sandbox import Jail, child_env, kill_uid
     from xlang.untrusted import read_untrusted, read_untrusted_bytes
 
-    home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=spec["stage_dir"]))
-    uid = stage_uids(spec)[0]
-    jail = Jail(home=home, readable=[Path(p) for p in spec.get("readable", []) if Path(p).exists()],
-                gpu=spec["device"] == "cuda", namespaces=variant, uid=uid, gpu_node=spec.get("gpu_minor"),
+    home = Path(tempfile.mkdtemp(prefix=f"probe-{variant}-home-", dir=plan.stage_dir))
+    uid = stage_uids(plan)[0]
+    jail = Jail(home=home, readable=[Path(p) for p in plan.readable if Path(p).exists()],
+                gpu=plan.device == "cuda", namespaces=variant, uid=uid, gpu_node=plan.gpu_minor,
                 tools=tool_folders(tool))
     jail.prepare()
     log, report = home / "tool.log", home / "report"
     cmd = [a.replace("{LOG}", str(log)).replace("{REPORT}", str(report)) for a in tool]
-    cmd += [sys.executable, "-m", "xlang.profiler.runner", "probe", spec["device"], spec.get("nvtx_last") or ""]
-    env = child_env(jail=jail, extra={**jit_env(home), **dict(spec.get("env") or {}),
+    cmd += [sys.executable, "-m", "xlang.profiler.runner", "probe", plan.device, plan.nvtx_last or ""]
+    env = child_env(jail=jail, extra={**jit_env(home), **dict(plan.env or {}),
                                       **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
     try:
         run = run_child(jail.command(cmd), timeout_s, raw_env=env)
@@ -347,7 +348,7 @@ def _probe_tool(spec: dict, tool: list[str], variant: str, timeout_s: float = 40
         return False, f"no end within {timeout_s:.0f} s"
     failed = next((sig for sig in INJECTION_FAILED if sig in said), None)
     if failed or run.returncode != 0:
-        return False, (f"'{failed}'" if failed else f"exit {run.returncode}") + ": " + _last_line(said)
+        return False, (f"'{failed}'" if failed else f"exit {run.returncode}") + ": " + last_line(said)
     if any("{LOG}" in a for a in tool) and "ERROR SUMMARY" not in (read_untrusted(log) or ""):
         return False, "no ERROR SUMMARY in its log"
     if any("{REPORT}" in a for a in tool) and not read_untrusted_bytes(Path(str(report) + ".ncu-rep"), 1 << 20):
@@ -383,7 +384,7 @@ def _kill_all_but_the_tool(uid: int, tool_pid: int, tool_cmd: list[str], spare=(
     return kill_uid(uid, keep=tools_own, wait_s=5.0)
 
 
-def _process_names(pids) -> str:
+def process_names(pids) -> str:
     """'pid name' for each (the command name from /proc, when this namespace shows it): which processes they were."""
     out = []
     for pid in pids[:6]:
@@ -398,7 +399,7 @@ def _process_names(pids) -> str:
 def gpu_tenants(index: int = 0) -> dict[int, str | None] | None:
     """{pid: start time} of the processes holding the GPU now (None without NVML)."""
     pids = compute_processes(index)
-    return None if pids is None else {p: _started(p) for p in pids}
+    return None if pids is None else {p: process_started(p) for p in pids}
 
 
 def foreign_gpu_work(before: dict | None, after: dict | None, me: int) -> tuple[list[int], list[int]]:
@@ -411,7 +412,7 @@ def foreign_gpu_work(before: dict | None, after: dict | None, me: int) -> tuple[
     return env, sorted(p for p in after if p not in env)
 
 
-def _wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
+def wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
     me = os.getpid()
     t0 = time.monotonic()
     while True:
@@ -425,15 +426,15 @@ def _wait_alone(progress, index: int = 0, limit_s: float = 10.0) -> dict:
         time.sleep(0.2)
 
 
-def _gpu_watch(spec: dict, uid: int):
+def stage_gpu_watch(plan: Plan, uid: int):
     """The stage's poller of the GPU's processes (xlang.profiler.gpuwatch): every other uid of this GPU's slots
     is another stage of this evaluation (or its vendor), which watches its own."""
     from xlang.profiler.gpuwatch import GpuWatch
     from xlang.sandbox import uid_for_slot
 
-    base = 4 * int(spec.get("gpu_index") or 0)
+    base = 4 * int(plan.gpu_index or 0)
     siblings = {uid_for_slot(base + i) for i in range(4)} - {uid}
-    return GpuWatch(int(spec.get("gpu_index") or 0), uid, parent_pid=spec.get("parent_pid"), sibling_uids=siblings)
+    return GpuWatch(int(plan.gpu_index or 0), uid, parent_pid=plan.parent_pid, sibling_uids=siblings)
 
 
 def apply_watch(result: dict, watch) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from xlang.profiler.stages.process import Outcome, Runner, RunnerGone
+from xlang.profiler.judge.process import Outcome, Runner, RunnerGone
 from xlang.task import format_shape
 
 # How CUDA says a kernel touched memory it may not (CUDA_ERROR_ILLEGAL_ADDRESS 700, _MISALIGNED_ADDRESS 716,
@@ -16,7 +16,7 @@ _MEMORY_FAULT = re.compile(r"illegal memory access|an illegal address|ILLEGAL_AD
                            r"INVALID_ADDRESS_SPACE|InvalidAddressSpace")
 
 
-_MEMORY_FAULT_CODES = (700, 716, 717)
+MEMORY_FAULT_CODES = (700, 716, 717)
 
 
 GUARD_HINT = ("an illegal memory access in the candidate's call (no sanitizer in this run): every buffer the "
@@ -41,13 +41,13 @@ class Call:
 
     _ids = 0
 
-    def __init__(self, ctx, shape: dict):
+    def __init__(self, state, shape: dict):
         from xlang.profiler.buffers import allocate
 
         Call._ids += 1
-        self.id, self.ctx, self.shape = Call._ids, ctx, shape
-        task = ctx["task"]
-        self.shared = {t.name: allocate(t.name, t.dims(shape), _dtype(t), ctx["kind"], 0) for t in task.contract.tensors}
+        self.id, self.state, self.shape = Call._ids, state, shape
+        task = state.task
+        self.shared = {t.name: allocate(t.name, t.dims(shape), _dtype(t), state.kind, 0) for t in task.contract.tensors}
         self.inputs = [t.name for t in task.contract.inputs]
         self.outputs = [t.name for t in task.contract.outputs]
         self.sizes = [shape[s] for s in task.contract.sizes]
@@ -70,7 +70,7 @@ class Call:
             if reply.get("op") != "mapped":
                 raise Outcome("runtime_error", f"the candidate's process could not map the buffers: {reply}")
             self.mapped.add(runner)
-        _sync(self.ctx)
+        _sync(self.state)
         try:
             reply = runner.request({"op": "call", "set": self.id, "sizes": self.sizes, "nvtx": nvtx, "primer": primer},
                                    timeout=timeout)
@@ -125,14 +125,14 @@ class Call:
             s.close()
 
 
-def _sync(ctx) -> None:
-    if ctx["kind"] == "cuda":
+def _sync(state) -> None:
+    if state.kind == "cuda":
         import torch
 
         torch.cuda.synchronize()
 
 
-def _make_inputs(task, shape, seed, device, kind):
+def make_inputs(task, shape, seed, device, kind):
     import inspect
 
     if kind and "kind" in inspect.signature(task.make_inputs).parameters:

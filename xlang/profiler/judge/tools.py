@@ -6,37 +6,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from xlang.profiler.stages.check import correctness
-from xlang.profiler.stages.process import Runner
+from xlang.profiler.judge.check import correctness
+from xlang.profiler.judge.process import Runner
+from xlang.profiler.judge.plan import Plan
 
 
-def run_tool_stage(ctx, progress) -> dict:
-    """memcheck / ncu: the runner under the tool (spec["tool"], started by run()), a trial per shape; the
+def run_tool_stage(state, progress) -> dict:
+    """memcheck / ncu: the runner under the tool (plan.tool, started by run()), a trial per shape; the
     tool's log and report are copied into the judge's folder and read by the parent."""
-    spec = ctx["spec"]
-    runner = ctx["runner"]
+    plan = state.plan
+    runner = state.runner
     try:
-        runner.start(spec["hello"])
-        out = {"correctness": correctness(ctx, runner, None, None, progress, nvtx_last=spec.get("nvtx_last"))}
+        runner.start(plan.hello)
+        out = {"correctness": correctness(state, runner, None, None, progress, nvtx_last=plan.nvtx_last)}
     finally:
-        runner.close(wait_s=float(spec.get("tool_exit_s", 240)))
-        _collect_tool_output(runner, spec)
-        if spec["mode"] == "ncu":  # also when a trial failed: the profile is still read, and judged by its code
-            ctx["jit_modules"] = collect_jit_modules(runner.home, spec.get("jit_cache"), Path(spec["stage_dir"]))
+        runner.close(wait_s=float(plan.tool_exit_s))
+        _collect_tool_output(runner, plan)
+        if plan.mode == "ncu":  # also when a trial failed: the profile is still read, and judged by its code
+            state.jit_modules = collect_jit_modules(runner.home, plan.jit_cache, Path(plan.stage_dir))
     out["runner_exit"] = runner.proc.returncode
     out["runner_stdout"] = runner.out.text(1.0)[-20000:]
     out["runner_stderr"] = runner.err.text(1.0)[-20000:]
     return out
 
 
-def _collect_tool_output(runner: "Runner", spec: dict) -> None:
+def _collect_tool_output(runner: "Runner", plan: Plan) -> None:
     """The tool's log and report are copied out of the candidate's home into the judge's folder."""
     from xlang.untrusted import read_untrusted_bytes, write_new
 
     for source, name in ((runner.tool_log, "tool.log"), (Path(str(runner.tool_report) + ".ncu-rep"), "report.ncu-rep")):
         data = read_untrusted_bytes(source, 1 << 30) if source is not None else None
         if data:
-            write_new(Path(spec["stage_dir"]) / name, data)
+            write_new(Path(plan.stage_dir) / name, data)
 
 
 JIT_MODULES_MAX = 2000  # as Provenance.rescan

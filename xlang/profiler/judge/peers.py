@@ -1,0 +1,77 @@
+"""Peers: public kernels of the task (Task.peers) timed beside the vendor when their packages are installed. In the
+parent, what the judge is told of them (peer_specs) and what they add to the check stage's limit (check_limit); in
+the judge, each timed in a process of its own after the vendor (time_peers). A peer never changes the verdict."""
+
+from __future__ import annotations
+
+import time
+
+from xlang.profiler.judge.observed import make_observer
+from xlang.profiler.judge.plan import PeerPlan
+from xlang.profiler.judge.process import CandidateError, Outcome, Runner, RunnerGone, last_line, wait_alone
+from xlang.profiler.judge.timing import tflops_of, time_calls
+
+
+def time_peers(state, shape: dict, candidate_ms: float, progress) -> dict:
+    """Each peer of plan.peers (peer_specs: name, display, and why it is skipped, if it is) timed as the
+    vendor was: its own process, no candidate process alive, the same shape and method. A peer that cannot run
+    is recorded with the reason; it never changes the candidate's verdict. -> {"peers": [...], "best_peer": ...}"""
+    records = []
+    for peer in state.plan.peers:
+        if peer.skip:  # not installed here, or peers turned off: no process is started
+            records.append(peer_not_run(peer, peer.skip))
+        else:
+            records.append(_time_peer(state, peer, shape, candidate_ms, progress))
+    return {"peers": records, "best_peer": best_peer(records)}
+
+
+def _time_peer(state, peer: PeerPlan, shape: dict, candidate_ms: float, progress) -> dict:
+    plan, task = state.plan, state.task
+    deadline = time.monotonic() + float(plan.timing.peer_budget_s)
+    observer = make_observer(plan)
+    runner = None
+    try:
+        runner = Runner(plan, f"peer-{peer.name}", None, observer=observer)
+        runner.load_timeout_s = max(1.0, min(runner.load_timeout_s, deadline - time.monotonic()))
+        alone = wait_alone(progress, plan.gpu_index or 0)
+        progress(f"peer {peer.name}: load")
+        runner.start({"op": "peer", "task": task.name, "peer": peer.name, "device": "cuda"})
+        timed = time_calls(state, runner, observer, None, shape, progress, f"peer {peer.name}", verify_n=0,
+                           deadline=deadline)
+    except CandidateError as e:  # the runner's load reply: its package is missing or broken there
+        return peer_not_run(peer, "could not load: " + last_line(str(e)))
+    except (Outcome, RunnerGone) as e:
+        return peer_not_run(peer, "failed: " + last_line(str(e)))
+    except Exception as e:  # noqa: BLE001 - a peer's trouble (or ours starting it) is recorded, never the verdict
+        return peer_not_run(peer, f"failed: {type(e).__name__}: {last_line(str(e))}")
+    finally:
+        if runner is not None:
+            runner.close()  # its observer with it
+        elif observer is not None:
+            observer.close()
+    return peer_record(task, shape, peer, timed, candidate_ms, alone)
+
+
+def peer_not_run(peer: PeerPlan, reason: str) -> dict:
+    return {"name": peer.name, "display": peer.display, "ran": False, "reason": reason}
+
+
+def peer_record(task, shape: dict, peer: PeerPlan, timed: dict, candidate_ms: float, alone: dict | None = None) -> dict:
+    """A peer that ran: its median, TFLOP/s, and the candidate's speedup against it (peer ms / candidate ms)."""
+    ms = timed["stats"]["median_ms"]
+    flops = task.flops(shape)
+    return {"name": peer.name, "display": peer.display, "ran": True, "ms": ms,
+            "tflops": tflops_of(flops, ms),
+            "gbps": task.min_bytes(shape) / (ms * 1e-3) / 1e9 if task.min_bytes is not None and ms > 0 else None,
+            "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
+            "method": timed["method"], "stats": timed["stats"], "wall_stats": timed.get("wall_stats"),
+            "power": timed.get("power"), "profile": timed.get("profile"), "alone": alone}
+
+
+def best_peer(records: list[dict]) -> dict | None:
+    """The fastest peer that ran (name, display, ms, and the candidate's speedup against it), or None."""
+    ran = [r for r in records if r.get("ran") and r.get("ms")]
+    if not ran:
+        return None
+    best = min(ran, key=lambda r: r["ms"])
+    return {"name": best["name"], "display": best["display"], "ms": best["ms"], "speedup": best["speedup_vs_peer"]}
