@@ -49,7 +49,7 @@ import triton  # noqa: E402
 from backends.cuda_ptx.backend import BACKEND  # noqa: E402
 from xlang.archs import get_arch  # noqa: E402
 from xlang.candidate import load_module  # noqa: E402
-from xlang.profiler.stages.check import compare_output  # noqa: E402
+from xlang.profiler.judge.verify import compare_output  # noqa: E402
 from xlang.task import get_task  # noqa: E402
 
 TASK = get_task("gemm_fp8_blockscale")
