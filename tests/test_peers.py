@@ -188,7 +188,30 @@ def test_peers_that_ran_give_speedups_and_the_fastest_is_best(monkeypatch):
     assert broken == {"name": "broken", "display": "Broken", "ran": False,
                       "reason": "could not load: ModuleNotFoundError: No module named 'x'"}
     assert not hangs["ran"] and hangs["reason"].startswith("failed: ") and "no answer" in hangs["reason"]
-    assert out["best_peer"] == {"name": "fast", "display": "Fast", "ms": 1.5, "speedup": pytest.approx(0.75)}
+    assert out["best_peer"] == {"name": "fast", "display": "Fast", "ms": 1.5, "speedup": pytest.approx(0.75),
+                                "idle_ms": None, "speedup_gpu_time": None}
+
+
+def test_a_peer_that_idles_the_gpu_inside_its_call_is_also_compared_by_its_gpu_time_alone():
+    # FA4's backward on the H200: a span of 7.18 ms of which 0.83 ms the GPU idled between its first two kernels
+    task = get_task("attn_bwd")
+    shape = task.shape({})
+    peer = judge_peers.PeerPlan(name="fa4", display="FA4")
+    timed = {"stats": {"median_ms": 7.18}, "method": "cupti_kernel_span", "profile": {"idle_ms": 0.83}}
+    rec = judge_peers.peer_record(task, shape, peer, timed, candidate_ms=7.43, candidate_idle_ms=0.01)
+    assert rec["speedup_vs_peer"] == pytest.approx(7.18 / 7.43)  # the verdict's figure: span against span
+    assert rec["idle_ms"] == 0.83 and rec["speedup_vs_peer_gpu_time"] == pytest.approx((7.18 - 0.83) / (7.43 - 0.01))
+    best = judge_peers.best_peer([rec])
+    assert best["speedup_gpu_time"] == rec["speedup_vs_peer_gpu_time"] and best["idle_ms"] == 0.83
+    verdict = V.Verdict(category=V.OK, detail="", lang="cuda_ptx", task="attn_bwd", arch="h100", shape=shape,
+                        correctness={"trials": 8, "shapes": [shape], "kinds": ["normal"]},
+                        timing={"best_peer": best}, memcheck={"ran": True}, executed={})
+    text = ev._ok_detail(verdict, ())
+    assert "0.966x FA4 (the fastest peer) (0.856x its GPU time alone: its calls leave the GPU idle 0.83 ms" in text
+    # a peer without idle inside its calls gets no second figure
+    rec = judge_peers.peer_record(task, shape, peer, {**timed, "profile": {"idle_ms": 0.0}}, 7.43)
+    verdict.timing = {"best_peer": judge_peers.best_peer([rec])}
+    assert "GPU time alone" not in ev._ok_detail(verdict, ())
 
 
 def test_a_peers_budget_bounds_its_calls():

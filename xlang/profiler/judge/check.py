@@ -119,7 +119,8 @@ def run_check(state, progress) -> dict:
             result["suite"] = suite_result(task, suite, cand_suite, base_suite,
                                            get_arch(result["timing"]["roofline_arch"]).figures)
         # The peers last: what they do (or fail to do) cannot touch the candidate's or the vendor's figures.
-        result["timing"].update(time_peers(state, shape, cand["stats"]["median_ms"], progress))
+        result["timing"].update(time_peers(state, shape, cand["stats"]["median_ms"], progress,
+                                           candidate_idle_ms=(cand.get("profile") or {}).get("idle_ms")))
         return result
     finally:
         for r in (runner, vendor_runner):

@@ -12,20 +12,23 @@ from xlang.profiler.judge.process import CandidateError, Outcome, Runner, Runner
 from xlang.profiler.judge.timing import tflops_of, time_calls
 
 
-def time_peers(state, shape: dict, candidate_ms: float, progress) -> dict:
+def time_peers(state, shape: dict, candidate_ms: float, progress, candidate_idle_ms: float | None = None) -> dict:
     """Each peer of plan.peers (peer_specs: name, display, and why it is skipped, if it is) timed as the
     vendor was: its own process, no candidate process alive, the same shape and method. A peer that cannot run
-    is recorded with the reason; it never changes the candidate's verdict. -> {"peers": [...], "best_peer": ...}"""
+    is recorded with the reason; it never changes the candidate's verdict. -> {"peers": [...], "best_peer": ...}
+    candidate_idle_ms: the candidate's median idle time inside a call (its call profile), for the speedup against
+    a peer's GPU time alone (peer_record)."""
     records = []
     for peer in state.plan.peers:
         if peer.skip:  # not installed here, or peers turned off: no process is started
             records.append(peer_not_run(peer, peer.skip))
         else:
-            records.append(_time_peer(state, peer, shape, candidate_ms, progress))
+            records.append(_time_peer(state, peer, shape, candidate_ms, progress, candidate_idle_ms))
     return {"peers": records, "best_peer": best_peer(records)}
 
 
-def _time_peer(state, peer: PeerPlan, shape: dict, candidate_ms: float, progress) -> dict:
+def _time_peer(state, peer: PeerPlan, shape: dict, candidate_ms: float, progress,
+               candidate_idle_ms: float | None = None) -> dict:
     plan, task = state.plan, state.task
     deadline = time.monotonic() + float(plan.timing.peer_budget_s)
     observer = make_observer(plan)
@@ -49,21 +52,31 @@ def _time_peer(state, peer: PeerPlan, shape: dict, candidate_ms: float, progress
             runner.close()  # its observer with it
         elif observer is not None:
             observer.close()
-    return peer_record(task, shape, peer, timed, candidate_ms, alone)
+    return peer_record(task, shape, peer, timed, candidate_ms, alone, candidate_idle_ms)
 
 
 def peer_not_run(peer: PeerPlan, reason: str) -> dict:
     return {"name": peer.name, "display": peer.display, "ran": False, "reason": reason}
 
 
-def peer_record(task, shape: dict, peer: PeerPlan, timed: dict, candidate_ms: float, alone: dict | None = None) -> dict:
-    """A peer that ran: its median, TFLOP/s, and the candidate's speedup against it (peer ms / candidate ms)."""
+def peer_record(task, shape: dict, peer: PeerPlan, timed: dict, candidate_ms: float, alone: dict | None = None,
+                candidate_idle_ms: float | None = None) -> dict:
+    """A peer that ran: its median, TFLOP/s, and the candidate's speedup against it (peer ms / candidate ms).
+    Both are GPU spans of a call, which count the GPU's idle time inside it while the host launches the next
+    kernel (FA4's backward: ~0.8 ms between its first two kernels, on the H200 2026-12-04). The speedup against
+    the peer's GPU time alone (each side's median span less its median idle inside a call, from the call profiles)
+    is recorded beside, as speedup_vs_peer_gpu_time: what a caller that keeps the GPU fed would see."""
     ms = timed["stats"]["median_ms"]
     flops = task.flops(shape)
+    idle = (timed.get("profile") or {}).get("idle_ms")
+    busy = ms - idle if idle is not None else None
+    cand_busy = candidate_ms - (candidate_idle_ms or 0.0)
     return {"name": peer.name, "display": peer.display, "ran": True, "ms": ms,
             "tflops": tflops_of(flops, ms),
             "gbps": task.min_bytes(shape) / (ms * 1e-3) / 1e9 if task.min_bytes is not None and ms > 0 else None,
             "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
+            "idle_ms": idle,
+            "speedup_vs_peer_gpu_time": busy / cand_busy if busy is not None and busy > 0 and cand_busy > 0 else None,
             "method": timed["method"], "stats": timed["stats"], "wall_stats": timed.get("wall_stats"),
             "power": timed.get("power"), "profile": timed.get("profile"), "alone": alone}
 
@@ -74,4 +87,5 @@ def best_peer(records: list[dict]) -> dict | None:
     if not ran:
         return None
     best = min(ran, key=lambda r: r["ms"])
-    return {"name": best["name"], "display": best["display"], "ms": best["ms"], "speedup": best["speedup_vs_peer"]}
+    return {"name": best["name"], "display": best["display"], "ms": best["ms"], "speedup": best["speedup_vs_peer"],
+            "idle_ms": best.get("idle_ms"), "speedup_gpu_time": best.get("speedup_vs_peer_gpu_time")}
