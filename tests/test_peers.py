@@ -150,8 +150,8 @@ def test_skipped_peers_are_recorded_without_a_process(monkeypatch):
 class _FakeRunner:
     started: list = []
 
-    def __init__(self, spec, role, hello, observer=None):
-        self.role, self.load_timeout_s = role, 180.0
+    def __init__(self, spec, role, hello, observer=None, home_env=None):
+        self.role, self.load_timeout_s, self.home = role, 180.0, None
 
     def start(self, hello):
         _FakeRunner.started.append(hello)

@@ -130,6 +130,13 @@ class Peer:
     distributions: tuple[str, ...]  # the pip distributions it needs, named in the "not installed" reason
     modules: tuple[str, ...]  # the import names it needs (e.g. "flash_attn.cute")
     call: Callable[..., Callable[[], None]]  # (inputs, shape) -> a call that runs the peer's kernel
+    # A peer that tunes on its first call and keeps what it tuned in a disk cache: the environment variable that
+    # names that cache's folder, and the suffixes of its files worth keeping (the first: its tuned configs, which
+    # tell a verdict that tuned from one that reused; then e.g. compiled kernels).
+    # The judge keeps them between verdicts (xlang/profiler/judge/peer_cache.py), so it tunes once per GPU,
+    # package versions and shape. None: nothing kept (every verdict's peer starts cold).
+    cache_env: str | None = None
+    cache_files: tuple[str, ...] = ()
 
     def missing(self) -> str | None:
         """Why this peer cannot run in this Python ("flash-attn-4 (flash_attn.cute) not installed"), or None.

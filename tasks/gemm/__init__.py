@@ -58,14 +58,16 @@ def baseline(inputs, shape):
 def quack_gemm(inputs, shape):
     """The peer: quack's GEMM (the quack-kernels wheel, CuTe DSL), called as a library, writing into a preallocated
     C as cuBLAS does. quack takes B as (K, N): ours is (N, K) row-major, so it gets B's transposed view (no copy).
-    tuned=False: its heuristic config. Autotuning compiles every config in worker processes on the first call,
-    minutes of JIT inside the judge's per-call limit, in a jail; not measured here."""
+    tuned=True: its autotuned config (0.979x cuBLAS on the H200 against 0.951x-0.907x for its heuristic one,
+    FACTS.md). The tuning (every config compiled and timed, ~31 s) happens on the first, untimed call of the first
+    verdict per GPU, quack version and shape; the judge keeps quack's cache (QUACK_CACHE_DIR: the tuned timings and
+    the compiled kernels) and gives later verdicts' peer processes a copy (Peer.cache_env)."""
     import torch
     from quack.gemm_interface import gemm
 
     A, B = inputs["A"], inputs["B"]
     C = torch.empty(shape["M"], shape["N"], dtype=torch.bfloat16, device=A.device)
-    return lambda: gemm(A, B.t(), out=C, tuned=False)
+    return lambda: gemm(A, B.t(), out=C, tuned=True)
 
 
 def check_shape(shape):
@@ -137,7 +139,7 @@ TASK = Task(
     baseline=baseline,
     baseline_name="cuBLAS (torch.matmul)",
     peers=(Peer(name="quack", display="quack GEMM", distributions=("quack-kernels",), modules=("quack.gemm_interface",),
-                call=quack_gemm),),
+                call=quack_gemm, cache_env="QUACK_CACHE_DIR", cache_files=(".autotune.json", ".o")),),
     draw_shape=draw_shape,
     check_shape=check_shape,
     input_kinds=INPUT_KINDS,

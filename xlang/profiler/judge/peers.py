@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from xlang.profiler.judge import peer_cache
 from xlang.profiler.judge.observed import make_observer
 from xlang.profiler.judge.plan import PeerPlan
 from xlang.profiler.judge.process import CandidateError, Outcome, Runner, RunnerGone, last_line, wait_alone
@@ -32,9 +33,11 @@ def _time_peer(state, peer: PeerPlan, shape: dict, candidate_ms: float, progress
     plan, task = state.plan, state.task
     deadline = time.monotonic() + float(plan.timing.peer_budget_s)
     observer = make_observer(plan)
-    runner = None
+    runner = kept = None
     try:
-        runner = Runner(plan, f"peer-{peer.name}", None, observer=observer)
+        progress(f"peer {peer.name}: start its process")  # the peer's phase opens here, its kept cache's copy in it
+        kept = _KeptCache(task, next((p for p in task.peers if p.name == peer.name), None), shape)
+        runner = Runner(plan, f"peer-{peer.name}", None, observer=observer, home_env=kept.home_env)
         runner.load_timeout_s = max(1.0, min(runner.load_timeout_s, deadline - time.monotonic()))
         alone = wait_alone(progress, plan.gpu_index or 0)
         progress(f"peer {peer.name}: load")
@@ -52,7 +55,41 @@ def _time_peer(state, peer: PeerPlan, shape: dict, candidate_ms: float, progress
             runner.close()  # its observer with it
         elif observer is not None:
             observer.close()
-    return peer_record(task, shape, peer, timed, candidate_ms, alone, candidate_idle_ms)
+    return {**peer_record(task, shape, peer, timed, candidate_ms, alone, candidate_idle_ms),
+            **kept.after(runner.home)}  # it ran
+
+
+class _KeptCache:
+    """A peer's kept cache for one verdict (judge/peer_cache.py): read before its process starts, given to it in
+    its home, and what it left there kept after it closed, once it has run."""
+
+    def __init__(self, task, peer, shape: dict):
+        self.seeded = self.key = None
+        self.cache_env = peer.cache_env if peer is not None else None  # None: a peer that keeps nothing
+        self.peer = peer
+        if self.cache_env:
+            self.key = peer_cache.job_key(task, peer, shape)
+            self.seeded = peer_cache.load(self.key)
+
+    def home_env(self, home) -> dict:
+        if not self.cache_env:
+            return {}
+        return {self.cache_env: str(peer_cache.seed(home, self.seeded))}
+
+    def after(self, home) -> dict:
+        """-> {"tuning": ...} for the peer's record: tuned now or reused (from the files it left), and kept."""
+        if not self.cache_env:
+            return {}
+        try:
+            left = peer_cache.harvest(home, self.peer.cache_files)
+        except OSError as e:  # what it left cannot be read: nothing is kept, the figures stand
+            return {"tuning": {"state": "not_kept", "key": self.key, "error": str(e)[:200]}}
+        state = peer_cache.tuning_state(self.seeded, left, self.peer.cache_files[0])
+        stored = False
+        if state == "tuned_now" or (left and self.seeded is None):
+            stored = peer_cache.store(self.key, left, {"peer": self.peer.name, "versions": peer_cache.versions(self.peer)})
+        return {"tuning": {"state": state, "key": self.key, "given_files": len(self.seeded or {}),
+                           "left_files": len(left), "stored": stored}}
 
 
 def peer_not_run(peer: PeerPlan, reason: str) -> dict:

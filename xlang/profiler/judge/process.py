@@ -65,7 +65,8 @@ def stage_uids(plan: Plan) -> list[int]:
 class Runner:
     """The candidate's process (or the vendor baseline's), in its jail, spoken to over a socket."""
 
-    def __init__(self, plan: Plan, role: str, hello: dict | None, tool: list[str] | None = None, observer=None):
+    def __init__(self, plan: Plan, role: str, hello: dict | None, tool: list[str] | None = None, observer=None,
+                 home_env=None):
         """Start the process. With a hello, wait until it has loaded the candidate (or the vendor); with None,
         only start it (it imports torch meanwhile, touching no GPU) and send the hello later with start()."""
         from xlang.backend import jit_env
@@ -86,6 +87,9 @@ class Runner:
         if seed_cache and plan.jit_cache and Path(seed_cache).is_dir() and role == "candidate":
             copy_untrusted_tree(Path(seed_cache), home / plan.jit_cache)
         self.home = home
+        # home_env(home) -> environment: what the judge puts in the fresh home before the process starts (a peer's
+        # kept cache, judge/peer_cache.py) and the variables that name it
+        own_env = home_env(home) if home_env is not None else {}
         self.uid = stage_uids(plan)[0 if role == "candidate" or tool else -1]
         variant, self.ladder = ("all", None) if not tool else tool_jail_variant(plan, list(tool))
         jail = Jail(home=home, readable=readable, gpu=plan.device == "cuda", namespaces=variant, uid=self.uid,
@@ -108,7 +112,7 @@ class Runner:
             self.tool_cmd = tool
         else:
             cmd = jail.command(runner_cmd)
-        env = child_env(jail=jail, extra={**jit_env(home), **dict(plan.env or {}),
+        env = child_env(jail=jail, extra={**jit_env(home), **dict(plan.env or {}), **own_env,
                                           **jail.env(os.environ.get("CUDA_VISIBLE_DEVICES"))})
         if observer is not None:
             obs_env, obs_fds = observer.child_args()
