@@ -8,7 +8,7 @@ reads tasks/gemm/suites.toml): qkv_a_proj (N 2112, K 7168), q_b_proj (24576, 153
 Inputs: the task's make_inputs (seed 1, kind 'normal'; 'structured' too at the default shape).
 
 Per configuration and shape: C poisoned with NaN, one call, checked against the task's fp32 reference with the task's
-own rule (atol / rtol and its error bound, xlang.profiler.stages.check.compare_output); a configuration that fails or
+own rule (atol / rtol and its error bound, xlang.profiler.judge.verify.compare_output); a configuration that fails or
 does not build is dropped from the ranking (and listed). Then timed by triton.testing.do_bench (median, L2 flushed
 before every call), the vendor beside it in the same process.
 
