@@ -51,6 +51,17 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def reachable(graph: dict, starts) -> set:
+    """Every module imported at any depth from starts (themselves included)."""
+    seen, todo = set(), list(starts)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -108,12 +119,7 @@ def test_the_jails_imports_stay_inside_the_runner_package():
     graph = import_graph()
     starts = ["xlang.profiler.runner", "xlang.child"] + [
         m for m in graph if m.split(".")[0] in ("backends", "tasks") and not set(m.split(".")) & _RUNNER_SKIP]
-    seen, todo = set(), list(starts)
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph[module])
+    seen = reachable(graph, starts)
     outside = sorted(m for m in seen if set(m.split(".")) & _RUNNER_SKIP)
     assert "xlang.backend" in seen and not outside, outside
 
@@ -124,12 +130,7 @@ def test_the_judge_imports_nothing_of_the_parents_side():
     graph = import_graph()
     judge = [m for m in graph if m == "xlang.profiler.judge" or m.startswith("xlang.profiler.judge.")]
     assert "xlang.profiler.judge.main" in judge and "xlang.profiler.judge.plan" in judge
-    seen, todo = set(), list(judge)
-    while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(graph[module])
+    seen = reachable(graph, judge)
     up = sorted(m for m in seen if m.startswith("xlang.profiler.stages") or m in (
         "xlang.profiler.pipeline", "xlang.profiler.evaluate", "xlang.profiler.commands"))
     assert not up, up
