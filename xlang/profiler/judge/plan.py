@@ -42,6 +42,24 @@ def _loads(text: str, what: str):
         raise PlanError(f"{what}: not JSON ({e})") from None
 
 
+class _StrictJson:
+    """JSON both ways for a dataclass that crosses the judge's process boundary, strict on reading (_strict):
+    `what` names it in an error."""
+
+    what = ""
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), default=str)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        return _strict(cls, data, cls.what)
+
+    @classmethod
+    def from_json(cls, text: str):
+        return cls.from_dict(_loads(text, cls.what))
+
+
 @dataclass
 class TimingPlan:
     """How the check's judge times (EvalOptions.timing*), and the gate it waits at (stages/timing.py TimingGate)."""
@@ -71,8 +89,10 @@ class PeerPlan:
 
 
 @dataclass
-class Plan:
+class Plan(_StrictJson):
     """What one GPU stage's judge is to do (start_gpu writes the check's; each stage's plan() derives its own)."""
+
+    what = "plan"
 
     mode: str  # the judge's mode: check | memcheck | ncu
     lang: str
@@ -125,16 +145,6 @@ class Plan:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), default=str)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Plan:
-        return _strict(cls, data, "plan")
-
-    @classmethod
-    def from_json(cls, text: str) -> Plan:
-        return cls.from_dict(_loads(text, "plan"))
 
     def but(self, **changes) -> Plan:
         """A copy with these fields changed (a stage's own plan from the check's)."""
@@ -142,8 +152,10 @@ class Plan:
 
 
 @dataclass
-class Report:
+class Report(_StrictJson):
     """What a stage's judge found (its status, and what the parent's stage records in the verdict)."""
+
+    what = "report"
 
     status: str  # ok | incorrect | runtime_error | memory_error | forbidden_call | timeout | harness_error
     detail: str | None = None
@@ -169,13 +181,3 @@ class Report:
     def to_dict(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), default=str)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Report:
-        return _strict(cls, data, "report")
-
-    @classmethod
-    def from_json(cls, text: str) -> Report:
-        return cls.from_dict(_loads(text, "report"))
