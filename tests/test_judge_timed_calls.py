@@ -12,10 +12,12 @@ import pytest
 
 from tests.plans import state
 from xlang.profiler.buffers import Mapped
+from xlang.profiler.gpuwatch import GPU_NOT_ALONE
 from xlang.profiler.judge import timing as judge_timing
 from xlang.profiler.judge.calls import Outcome
 from xlang.profiler.judge.observed import Provenance
 from xlang.profiler.judge.plan import Report
+from xlang.profiler.judge.process import apply_watch
 from xlang.profiler.observer_records import KernelRecord
 from xlang.task import get_task
 
@@ -134,3 +136,31 @@ def test_a_foreign_kernel_in_a_timed_call_is_forbidden(tmp_path):
     with pytest.raises(Outcome) as e:
         judge_timing.time_calls(st, runner, observer, Provenance(st.plan, None), SHAPE, lambda t: None, "candidate")
     assert e.value.status == "forbidden_call" and "gemm_kernel" in e.value.detail
+
+
+class _Watch:
+    """The stage's GPU watch as apply_watch reads it: its record, and what it found (gpuwatch.GpuWatch.finding)."""
+
+    def __init__(self, found):
+        self.found = found
+
+    def record(self):
+        return {"polls": 40, "seen": []}
+
+    def finding(self):
+        return self.found
+
+
+@pytest.mark.parametrize("found, status, harness", [
+    (None, "ok", None),
+    (("forbidden_call", "a second GPU process of the candidate's"), "forbidden_call", None),
+    (("harness_error", "a stranger held the GPU"), "harness_error", GPU_NOT_ALONE),
+    (("memory_error", "the driver reported an illegal address"), "memory_error", None),
+])
+def test_what_the_gpu_watch_found_reaches_the_parent_in_the_report(found, status, harness):
+    result = {"status": "ok", "mode": "check", "correctness": {"passed": True, "trials": 2}}
+    apply_watch(result, _Watch(found))
+    report = Report.from_json(Report.from_dict(result).to_json())
+    assert report.status == status and report.gpu_watch == {"polls": 40, "seen": []}
+    assert report.harness == harness
+    assert report.correctness["passed"] is (status in ("ok", "memory_error"))
