@@ -83,19 +83,21 @@ def time_calls(state, runner: Runner, observer, prov, shape: dict, progress, who
     import torch
 
     task, timing = state.task, state.plan.timing
-    flush = torch.empty(int(max(timing.flush_min_bytes,
-                                2 * torch.cuda.get_device_properties(0).L2_cache_size)), dtype=torch.int8,
-                        device="cuda")
+    # Where the buffers live: "cuda" in the judge (run_check times only there), "cpu" in the CPU tests of this path
+    device = state.kind
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size if device == "cuda" else 0
+    flush = torch.empty(int(max(timing.flush_min_bytes, 2 * l2_bytes)), dtype=torch.int8, device=device)
     seed0 = int(timing.seed)
     rest_s = max(0.0, float(timing.rest_ms or 0.0)) / 1e3  # EvalOptions.timing_rest_ms: every side alike
     call = Call(state, shape)
     wall, spans, profiles, host_calls = [], [], [], []
 
     def one(k: int, check: bool):
-        inputs = make_inputs(task, shape, seed0 + k, "cuda", "normal")
+        inputs = make_inputs(task, shape, seed0 + k, device, "normal")
         call.fill(inputs)
         flush.zero_()
-        torch.cuda.synchronize()
+        if device == "cuda":
+            torch.cuda.synchronize()
         if rest_s:
             time.sleep(rest_s)
         # Host CPU time only around the verified calls (a /proc scan each) and outside the wall clock, which
