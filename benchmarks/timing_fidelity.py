@@ -23,7 +23,8 @@ printed as `timing_suspect`. Exit code 1 when any side is suspect. `idle ms` is 
 call in the harness (its call profile: e.g. cuDNN's call through torch launches a memset, then the host works ~36 us
 before the attention kernel): the span counts it, events_busy cannot see it, so (h-idle)/busy is printed beside.
 
-H200, 2026-12-04 (attn_fwd B4 H48 S4096 D128, harness 7, session 17 call 1): harness / events_busy 1.001 (cuda_ptx),
+H200, 2026-12-04 (attn_fwd B4 H48 S4096 D128, harness 7, call 5 of
+reports/harness7-h200-2026-12-04): harness / events_busy 1.001 (cuda_ptx),
 0.996 (triton), 1.021 (vendor: less the 36 us its calls idle inside
 (call profile of reports/harness7-h200-2026-12-04 call 2) 1.005); harness / events_idle 0.944-0.966,
 the host's enqueue time (0.04-0.15 ms a call) that events_idle counts; do_bench 6-20% longer at 1597-1875 MHz
