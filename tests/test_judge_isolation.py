@@ -176,6 +176,38 @@ def test_tool_cleanup_spares_only_the_tool(tmp_path):
         _shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_the_watch_takes_the_runner_by_its_command_line_not_the_first_python(tmp_path):
+    """A tool may itself be a Python (tests/kernels/isolation/shm_tool.py is), whose arguments name the runner's
+    command, and which starts its target later: arm() waits for the process that runs `-m xlang.profiler.runner`,
+    so the runner is spared at close (CI, 2 loaded cores: a watch armed on the tool's Python alone missed the
+    runner, and close killed it, -9, before it could leave)."""
+    from xlang.profiler.gpuwatch import GpuWatch
+    from xlang.sandbox import uid_for_slot
+
+    tool = tmp_path / "slow_tool.py"
+    tool.write_text("import socket, subprocess, sys, time\n"
+                    "time.sleep(1.0)\n"
+                    "ours, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+                    "subprocess.call(sys.argv[1:] + [str(its.fileno()), 'cpu'], pass_fds=[its.fileno()])\n")
+    # the jail (here a shell) starts the tool, which starts the runner a second later
+    jail = subprocess.Popen(["sh", "-c", f'"{sys.executable}" {tool} "{sys.executable}" -m xlang.profiler.runner; true'],
+                            start_new_session=True)
+    watch = GpuWatch(0, uid_for_slot(9))
+
+    def children(pid):
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+    try:
+        watch.arm(jail.pid, wait_s=30)
+        tools = children(jail.pid)
+        targets = children(tools[0]) if tools else []
+        assert len(targets) == 1 and targets[0] in watch.runner, (tools, targets, watch.runner)
+    finally:
+        watch.stop()
+        os.killpg(jail.pid, 9)
+        jail.wait()
+
+
 def test_a_tool_that_dies_ends_the_stage_at_once(tmp_path):
     """A candidate that kills the tool it runs under (compute-sanitizer, Nsight Compute) leaves its own process
     hanging: the judge notices within a second that the process it started is gone (runtime_error), instead of

@@ -150,6 +150,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _is_runner(pid: int) -> bool:
+    """A Python running `-m xlang.profiler.runner` itself (judge/process.py's runner_cmd), not a tool whose own
+    arguments name it (read before the hello: nothing of the candidate's has run)."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return os.path.basename(_exe(pid)).startswith("python") and args[1:3] == [b"-m", b"xlang.profiler.runner"]
+
+
 def _exe(pid: int) -> str:
     try:
         return os.readlink(f"/proc/{pid}/exe")
@@ -188,11 +198,17 @@ class GpuWatch:
         from xlang.sandbox import uid_processes
 
         self.root_pid = root_pid
-        give_up = time.monotonic() + wait_s
+        give_up, python_since = time.monotonic() + wait_s, None
         while True:  # the runner's Python may still be starting (bubblewrap, setpriv, a tool's start-up)
             self.runner = {pid for pid, _ in uid_processes(self.uid)} | set(_descendants(root_pid))
-            if any(os.path.basename(_exe(p)).startswith("python") for p in self.runner) or time.monotonic() > give_up \
-                    or (root_pid and not _alive(root_pid)):
+            # The runner itself, by its command line (no candidate code has run yet, so it is ours): not any
+            # Python, since a tool may be one, and the runner then missed would be killed at close as a stranger.
+            # (A Python seen for 5 s that never shows the runner's command line: taken, as before.)
+            now = time.monotonic()
+            if python_since is None and any(os.path.basename(_exe(p)).startswith("python") for p in self.runner):
+                python_since = now
+            if any(_is_runner(p) for p in self.runner) or now > give_up or (root_pid and not _alive(root_pid)) \
+                    or (python_since is not None and now - python_since > 5.0):
                 break
             time.sleep(0.05)
         if self.before is None:
