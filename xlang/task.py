@@ -258,6 +258,10 @@ class Task:
     math_type: str = "bf16"
     error_bound_rule: str = ""
 
+    def baseline_at(self, shape: dict) -> str:
+        """The name of the baseline that runs at this shape (baseline_label where the task has one)."""
+        return self.baseline_label(shape) if self.baseline_label is not None else self.baseline_name
+
     def bound_for(self, output: str, inputs: dict, shape: dict):
         """The extra per-element allowance of one output (Task.error_bound), or None where the task has none."""
         if self.error_bound is None:

@@ -150,14 +150,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _is_runner(pid: int) -> bool:
-    """A Python running `-m xlang.profiler.runner` itself (judge/process.py's runner_cmd), not a tool whose own
-    arguments name it (read before the hello: nothing of the candidate's has run)."""
+def _runs_the_runner(pid: int) -> bool:
+    """Whether a Python's command line is `-m xlang.profiler.runner` itself (judge/process.py's runner_cmd), not a
+    tool's whose own arguments name it (read before the hello: nothing of the candidate's has run)."""
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"xlang.profiler.runner"]
     except OSError:
         return False
-    return os.path.basename(_exe(pid)).startswith("python") and args[1:3] == [b"-m", b"xlang.profiler.runner"]
 
 
 def _exe(pid: int) -> str:
@@ -205,9 +204,9 @@ class GpuWatch:
             # Python, since a tool may be one, and the runner then missed would be killed at close as a stranger.
             # (A Python seen for 5 s that never shows the runner's command line: taken, as before.)
             now = time.monotonic()
-            if python_since is None and any(os.path.basename(_exe(p)).startswith("python") for p in self.runner):
-                python_since = now
-            if any(_is_runner(p) for p in self.runner) or now > give_up or (root_pid and not _alive(root_pid)) \
+            pythons = [p for p in self.runner if os.path.basename(_exe(p)).startswith("python")]
+            python_since = python_since or (now if pythons else None)
+            if any(_runs_the_runner(p) for p in pythons) or now > give_up or (root_pid and not _alive(root_pid)) \
                     or (python_since is not None and now - python_since > 5.0):
                 break
             time.sleep(0.05)

@@ -144,7 +144,7 @@ def time_vendor(state, vendor_runner, vendor_observer, shape: dict, suite: dict 
             base_suite.append(time_calls(state, vendor_runner, vendor_observer, None, s["shape"], progress,
                                          f"vendor at {s['label']} {format_shape(s['shape'])}", verify_n=0))
     except (Outcome, CandidateError, RunnerGone) as e:
-        name = task.baseline_label(shape) if task.baseline_label is not None else task.baseline_name
+        name = task.baseline_at(shape)
         detail = getattr(e, "detail", None) or str(e)
         progress(f"vendor baseline failed {where}")
         return base, base_suite, (f"the vendor baseline ({name}) failed {where}, so nothing is compared with it "

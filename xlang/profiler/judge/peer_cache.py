@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import stat
-from importlib import metadata
 from pathlib import Path
 
 from xlang.backend import cache_dir
@@ -39,13 +38,9 @@ def root() -> Path:
 
 def versions(peer) -> dict:
     """The installed versions of the peer's distributions (a new version tunes again)."""
-    out = {}
-    for dist in peer.distributions:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    from xlang.agent.buildinfo import package_version
+
+    return {dist: package_version(dist) for dist in peer.distributions}
 
 
 def entry_key(peer_name: str, device_name: str | None, package_versions: dict, shape: dict, dtypes: dict) -> str:

@@ -10,7 +10,7 @@ from xlang.profiler.judge import peer_cache
 from xlang.profiler.judge.observed import make_observer
 from xlang.profiler.judge.plan import PeerPlan
 from xlang.profiler.judge.process import CandidateError, Outcome, Runner, RunnerGone, last_line, wait_alone
-from xlang.profiler.judge.timing import tflops_of, time_calls
+from xlang.profiler.judge.timing import per_s, tflops_of, time_calls
 
 
 def time_peers(state, shape: dict, candidate_ms: float, progress, candidate_idle_ms: float | None = None) -> dict:
@@ -110,7 +110,7 @@ def peer_record(task, shape: dict, peer: PeerPlan, timed: dict, candidate_ms: fl
     cand_busy = candidate_ms - (candidate_idle_ms or 0.0)
     return {"name": peer.name, "display": peer.display, "ran": True, "ms": ms,
             "tflops": tflops_of(flops, ms),
-            "gbps": task.min_bytes(shape) / (ms * 1e-3) / 1e9 if task.min_bytes is not None and ms > 0 else None,
+            "gbps": per_s(task.min_bytes(shape) if task.min_bytes is not None else None, ms, 1e9),
             "speedup_vs_peer": ms / candidate_ms if candidate_ms > 0 else None,
             "idle_ms": idle,
             "speedup_vs_peer_gpu_time": busy / cand_busy if busy is not None and busy > 0 and cand_busy > 0 else None,

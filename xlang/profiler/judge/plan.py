@@ -145,7 +145,6 @@ class Plan(_StrictJson):
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-
     def but(self, **changes) -> Plan:
         """A copy with these fields changed (a stage's own plan from the check's)."""
         return dataclasses.replace(self, **changes)

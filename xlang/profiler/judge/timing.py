@@ -205,7 +205,7 @@ def tflops_of(flops: float, ms: float) -> float | None:
     return flops / (ms * 1e-3) / 1e12 if ms > 0 else None
 
 
-def _per_s(amount, ms: float | None, unit: float) -> float | None:
+def per_s(amount, ms: float | None, unit: float) -> float | None:
     return amount / (ms * 1e-3) / unit if amount is not None and ms else None
 
 
@@ -234,7 +234,7 @@ def timing_record(state, shape, cand, base, others, alone, baseline_error: str |
     roof = roofline(task, shape, arch.figures)
     floor = roof["floor_ms"]
     datasheet_tbs = arch.figures.get("mem_bandwidth_tbs")
-    gbps = _per_s(nbytes, c_ms, 1e9)
+    gbps = per_s(nbytes, c_ms, 1e9)
     me = os.getpid()
     extra = [p for p in (others or []) if p != me]
     return {
@@ -246,12 +246,12 @@ def timing_record(state, shape, cand, base, others, alone, baseline_error: str |
         "candidate_host": cand.get("host"), "baseline_host": (base or {}).get("host"),
         "rest_ms": state.plan.timing.rest_ms,
         "verified_calls": {"candidate": cand["verified_calls"], "baseline": base["verified_calls"] if base else []},
-        "baseline_name": task.baseline_label(shape) if task.baseline_label is not None else task.baseline_name,
+        "baseline_name": task.baseline_at(shape),
         "baseline_error": baseline_error,
         "speedup": b_ms / c_ms if c_ms > 0 and b_ms else None,
         "tflops": tflops_of(flops, c_ms), "baseline_tflops": tflops_of(flops, b_ms) if b_ms else None,
         # Memory-bound tasks are read in GB/s (Task.min_bytes over the median) against the bandwidth
-        "min_bytes": nbytes, "gbps": gbps, "baseline_gbps": _per_s(nbytes, b_ms, 1e9),
+        "min_bytes": nbytes, "gbps": gbps, "baseline_gbps": per_s(nbytes, b_ms, 1e9),
         "bandwidth_fraction": gbps / (datasheet_tbs * 1e3) if gbps and datasheet_tbs else None,
         "flops": flops, "roofline_floor_ms": floor, "roofline_bound": roof["bound"],
         "roofline_ceilings": {"tflops": roof["tflops_ceiling"], "tbs": roof["bandwidth_ceiling_tbs"]},

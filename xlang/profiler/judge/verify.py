@@ -8,10 +8,6 @@ from xlang.profiler.judge.calls import Call, Outcome
 from xlang.task import format_shape
 
 
-def seed_for(base: int, shape_index: int, trial: int) -> int:
-    return base + 1000 * shape_index + trial
-
-
 def compare_output(name: str, got, expected, atol: float, rtol: float, bound=None) -> dict:
     """Stats of one output against its fp32 reference; 'failure' set when it fails (NaN, Inf, mismatch). Per element
     |got - expected| <= atol + rtol |expected| (+ bound: the task's error bound of this output, a tensor of its
