@@ -1,7 +1,6 @@
-"""Timing: the candidate and the vendor timed the same way, after the gate (memcheck and Nsight Compute have left
-the GPU). In the parent, the gate (TimingGate, a file the check's judge waits at); in the judge, the timed calls
-(time_calls: fresh inputs every call, L2 flushed, GPU time from the observer, a secret subset verified) and the
-timing record (timing_record)."""
+"""Timing, in the judge: the candidate and the vendor timed the same way, after the gate (wait_at_gate; the parent's
+side is stages/timing.py TimingGate): the timed calls (time_calls: fresh inputs every call, L2 flushed, GPU time
+from the observer, a secret subset verified) and the timing record (timing_record)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Peers: public kernels of the task (Task.peers) timed beside the vendor when their packages are installed. In the
-parent, what the judge is told of them (peer_specs) and what they add to the check stage's limit (check_limit); in
-the judge, each timed in a process of its own after the vendor (time_peers). A peer never changes the verdict."""
+"""Peers, in the parent: public kernels of the task (Task.peers) timed beside the vendor when their packages are
+installed. What the judge is told of them (peer_specs) and what they add to the check stage's limit (check_limit);
+the judge times them (judge/peers.py time_peers). A peer never changes the verdict."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Timing: the candidate and the vendor timed the same way, after the gate (memcheck and Nsight Compute have left
-the GPU). In the parent, the gate (TimingGate, a file the check's judge waits at); in the judge, the timed calls
-(time_calls: fresh inputs every call, L2 flushed, GPU time from the observer, a secret subset verified) and the
-timing record (timing_record)."""
+"""The timing gate, in the parent: the check's judge times the candidate and the vendor only after the stages beside
+it (memcheck, Nsight Compute) have left the GPU, and waits at this gate (TimingGate, a file) until then. The timed
+calls and the timing record are the judge's (judge/timing.py)."""
 
 from __future__ import annotations
 
